@@ -1,0 +1,60 @@
+//! Errors of the control plane (start, flush, stop). Messages name the file and the cause.
+
+use crate::sampler::SignalError;
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+#[derive(Debug)]
+pub enum Error {
+    /// A profile is already being taken in this process.
+    AlreadyRunning { path: PathBuf },
+    /// No profile is being taken.
+    NotRunning,
+    /// The profile file could not be created.
+    Open { path: PathBuf, source: io::Error },
+    /// Writing the profile failed (full disk, I/O error); the records before the failure are
+    /// in the file.
+    Write { path: PathBuf, source: io::Error },
+    /// The profiling signal belongs to the application.
+    Signal(SignalError),
+    /// The timer could not be armed.
+    Timer(io::Error),
+    /// The writer thread could not be started.
+    Spawn(io::Error),
+    /// `stop` was called in a child forked from the profiled process: the profile belongs to
+    /// the parent, so the child leaves the file alone.
+    ForkedChild { path: PathBuf },
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::AlreadyRunning { path } => write!(f, "a profile is already being written to '{}'", path.display()),
+            Error::NotRunning => write!(f, "no profile is being taken"),
+            Error::Open { path, source } => write!(f, "cannot create profile '{}': {}", path.display(), source),
+            Error::Write { path, source } => write!(f, "writing profile '{}' failed: {}", path.display(), source),
+            Error::Signal(e) => write!(f, "cannot profile: {e}"),
+            Error::Timer(e) => write!(f, "cannot arm the profiling timer: {e}"),
+            Error::Spawn(e) => write!(f, "cannot start the profile writer thread: {e}"),
+            Error::ForkedChild { path } => {
+                write!(
+                    f,
+                    "profile '{}' belongs to the parent process; this forked child does not write it",
+                    path.display()
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Open { source, .. } | Error::Write { source, .. } | Error::Timer(source) | Error::Spawn(source) => {
+                Some(source)
+            }
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! The text list of mapped objects that ends a profile (the process's `/proc/self/maps`).
+
+/// One mapping line: `start-end perms offset dev inode path`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MapEntry {
+    pub start: u64,
+    pub end: u64,
+    /// Four characters such as `r-xp`.
+    pub perms: String,
+    /// File offset of `start`.
+    pub offset: u64,
+    /// Path or pseudo-name (`[vdso]`, `[stack]`); empty for anonymous mappings.
+    pub path: String,
+}
+
+impl MapEntry {
+    pub fn is_executable(&self) -> bool {
+        self.perms.as_bytes().get(2) == Some(&b'x')
+    }
+
+    pub fn contains(&self, addr: u64) -> bool {
+        self.start <= addr && addr < self.end
+    }
+}
+
+/// All mapping lines of a profile, in file order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Maps {
+    pub entries: Vec<MapEntry>,
+}
+
+impl Maps {
+    /// Parses the text section. Unrecognised lines are skipped, as the format requires;
+    /// `$build` in paths is replaced by the path of the last `build=` line.
+    pub fn parse(text: &[u8]) -> Maps {
+        let text = String::from_utf8_lossy(text);
+        let mut build: Option<String> = None;
+        let mut entries = Vec::new();
+        for line in text.lines() {
+            if let Some(path) = line.trim_start().strip_prefix("build=") {
+                build = Some(path.trim().to_string());
+                continue;
+            }
+            if let Some(mut entry) = parse_line(line) {
+                if let Some(b) = &build {
+                    entry.path = substitute_build(&entry.path, b);
+                }
+                entries.push(entry);
+            }
+        }
+        Maps { entries }
+    }
+
+    /// The mapping that contains `addr`, preferring executable ones.
+    pub fn find(&self, addr: u64) -> Option<&MapEntry> {
+        self.entries
+            .iter()
+            .filter(|e| e.contains(addr))
+            .max_by_key(|e| e.is_executable())
+    }
+}
+
+fn parse_line(line: &str) -> Option<MapEntry> {
+    let mut fields = line.splitn(6, [' ', '\t']).filter(|f| !f.is_empty());
+    let range = fields.next()?;
+    let (start, end) = range.split_once('-')?;
+    let start = u64::from_str_radix(start, 16).ok()?;
+    let end = u64::from_str_radix(end, 16).ok()?;
+    let perms = fields.next()?;
+    if perms.len() != 4 || end < start {
+        return None;
+    }
+    let offset = u64::from_str_radix(fields.next()?, 16).ok()?;
+    let _dev = fields.next()?;
+    // The path is everything after the inode, leading blanks removed (paths may hold spaces).
+    let rest = line[line.find(range)? + range.len()..].trim_start();
+    let after_inode = rest.splitn(5, [' ', '\t']).nth(4).unwrap_or("");
+    Some(MapEntry {
+        start,
+        end,
+        perms: perms.to_string(),
+        offset,
+        path: after_inode.trim().to_string(),
+    })
+}
+
+/// Replaces `$build` followed by a non-word character (or the end) with `build`.
+fn substitute_build(path: &str, build: &str) -> String {
+    let mut out = String::new();
+    let mut rest = path;
+    while let Some(i) = rest.find("$build") {
+        let after = &rest[i + 6..];
+        let is_word = after.chars().next().is_some_and(|c| c.is_alphanumeric() || c == '_');
+        out.push_str(&rest[..i]);
+        out.push_str(if is_word { "$build" } else { build });
+        rest = after;
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_kernel_and_gperftools_lines() {
+        let text = b"55d4a2c00000-55d4a2c02000 r-xp 00001000 fd:01 1234                       /usr/bin/my prog\n\
+            7ffc1000-7ffc2000 rw-p 00000000 00:00 0 [stack]\n\
+            7f0000000000-7f0000001000 rw-p 00000000 00:00 0\n\
+            garbage line\n";
+        let maps = Maps::parse(text);
+        assert_eq!(maps.entries.len(), 3);
+        let e = &maps.entries[0];
+        assert_eq!((e.start, e.end, e.offset), (0x55d4a2c00000, 0x55d4a2c02000, 0x1000));
+        assert_eq!(e.path, "/usr/bin/my prog");
+        assert!(e.is_executable());
+        assert_eq!(maps.entries[1].path, "[stack]");
+        assert_eq!(maps.entries[2].path, "");
+        assert_eq!(maps.find(0x55d4a2c00010).unwrap().path, "/usr/bin/my prog");
+        assert!(maps.find(0x10).is_none());
+    }
+
+    #[test]
+    fn build_specifier_replaces_build_variable() {
+        let text = b"  build=/opt/app\n40000000-40015000 r-xp 00000000 03:01 1 $build/bin/app\n\
+            40015000-40016000 r-xp 00000000 03:01 1 $builder/x\n";
+        let maps = Maps::parse(text);
+        assert_eq!(maps.entries[0].path, "/opt/app/bin/app");
+        assert_eq!(maps.entries[1].path, "$builder/x");
+    }
+}

@@ -1,0 +1,329 @@
+//! Reads legacy profiles of any slot width and byte order.
+
+use super::{ByteOrder, Maps, SlotFormat};
+use std::collections::HashMap;
+use std::fmt;
+
+/// One distinct call chain and the samples it received (identical chains are summed).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sample {
+    pub count: u64,
+    /// Interrupted PC first, then return addresses, outermost caller last.
+    pub pcs: Vec<u64>,
+}
+
+/// A parsed profile.
+#[derive(Clone, Debug)]
+pub struct Profile {
+    pub format: SlotFormat,
+    pub period_us: u64,
+    /// Distinct call chains in order of first appearance, counts summed.
+    pub samples: Vec<Sample>,
+    /// How many records the file held before merging.
+    pub records: usize,
+    pub maps: Maps,
+}
+
+impl Profile {
+    /// Sum of all sample counts.
+    pub fn total_samples(&self) -> u64 {
+        self.samples.iter().map(|s| s.count).sum()
+    }
+
+    /// Parses a complete profile; any defect is an error naming its byte offset.
+    pub fn parse(bytes: &[u8]) -> Result<Profile, ParseError> {
+        let (profile, defect) = Self::parse_lenient(bytes)?;
+        match defect {
+            Some(e) => Err(e),
+            None => Ok(profile),
+        }
+    }
+
+    /// Parses as much as is sound: a bad header is still an error, but a file cut short or
+    /// damaged after the header (a process killed while profiling) yields the records before
+    /// the damage, together with the error that stopped the reading.
+    pub fn parse_lenient(bytes: &[u8]) -> Result<(Profile, Option<ParseError>), ParseError> {
+        let (format, header_len, period_us) = parse_header(bytes)?;
+        let mut merged = Merger::default();
+        let mut offset = header_len;
+        let size = format.size;
+        let defect = loop {
+            let slot_at = |i: usize| format.get(&bytes[offset + i * size..]);
+            let available = (bytes.len() - offset) / size;
+            if available < 2 {
+                break Some(ParseError::at(offset, ParseErrorKind::MissingTrailer));
+            }
+            let (count, depth) = (slot_at(0), slot_at(1));
+            if depth == 0 {
+                break Some(ParseError::at(offset, ParseErrorKind::EmptyRecord));
+            }
+            let record_slots = depth.checked_add(2).filter(|&n| n <= available as u64);
+            let Some(record_slots) = record_slots else {
+                break Some(ParseError::at(
+                    offset,
+                    ParseErrorKind::TruncatedRecord {
+                        depth,
+                        slots_left: available as u64 - 2,
+                    },
+                ));
+            };
+            let pcs: Vec<u64> = (0..depth as usize).map(|i| slot_at(2 + i)).collect();
+            if count == 0 {
+                if depth == 1 && pcs[0] == 0 {
+                    let maps_start = offset + 3 * size;
+                    let maps = Maps::parse(&bytes[maps_start..]);
+                    return Ok((merged.finish(format, period_us, maps), None));
+                }
+                break Some(ParseError::at(offset, ParseErrorKind::ZeroCount));
+            }
+            if pcs[0] == 0 {
+                break Some(ParseError::at(offset + 2 * size, ParseErrorKind::ZeroPc));
+            }
+            merged.add(count, pcs);
+            offset += record_slots as usize * size;
+        };
+        Ok((merged.finish(format, period_us, Maps::default()), defect))
+    }
+}
+
+/// Detects slot width and byte order from the header and validates it.
+/// Returns (format, header length in bytes, period in microseconds).
+fn parse_header(bytes: &[u8]) -> Result<(SlotFormat, usize, u64), ParseError> {
+    if bytes.len() < 8 {
+        return Err(ParseError::at(
+            bytes.len(),
+            ParseErrorKind::TooShortForHeader { len: bytes.len() },
+        ));
+    }
+    // Slot 0 is 0 and slot 1 is >= 3 in every format; the four encodings of "0, 3" differ in
+    // where the non-zero byte falls, which identifies the format (see the format spec).
+    let format = [SlotFormat::LE64, SlotFormat::BE64, SlotFormat::LE32, SlotFormat::BE32]
+        .into_iter()
+        .find(|f| bytes.len() >= 2 * f.size && f.get(bytes) == 0 && (3..=1 << 20).contains(&f.get(&bytes[f.size..])))
+        .ok_or_else(|| ParseError::at(0, ParseErrorKind::NotAProfile))?;
+    let size = format.size;
+    let header_words = format.get(&bytes[size..]) as usize;
+    let header_len = (2 + header_words) * size;
+    if bytes.len() < header_len {
+        return Err(ParseError::at(
+            bytes.len(),
+            ParseErrorKind::TooShortForHeader { len: bytes.len() },
+        ));
+    }
+    let version = format.get(&bytes[2 * size..]);
+    if version != 0 {
+        return Err(ParseError::at(2 * size, ParseErrorKind::UnsupportedVersion(version)));
+    }
+    let period_us = format.get(&bytes[3 * size..]);
+    if period_us == 0 {
+        return Err(ParseError::at(3 * size, ParseErrorKind::ZeroPeriod));
+    }
+    Ok((format, header_len, period_us))
+}
+
+#[derive(Default)]
+struct Merger {
+    index: HashMap<Vec<u64>, usize>,
+    samples: Vec<Sample>,
+    records: usize,
+}
+
+impl Merger {
+    fn add(&mut self, count: u64, pcs: Vec<u64>) {
+        self.records += 1;
+        match self.index.get(&pcs) {
+            Some(&i) => self.samples[i].count = self.samples[i].count.saturating_add(count),
+            None => {
+                self.index.insert(pcs.clone(), self.samples.len());
+                self.samples.push(Sample { count, pcs });
+            }
+        }
+    }
+
+    fn finish(self, format: SlotFormat, period_us: u64, maps: Maps) -> Profile {
+        Profile {
+            format,
+            period_us,
+            samples: self.samples,
+            records: self.records,
+            maps,
+        }
+    }
+}
+
+/// What is wrong with a profile, and where.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParseError {
+    /// Byte offset in the file where the defect starts.
+    pub offset: usize,
+    pub kind: ParseErrorKind,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ParseErrorKind {
+    TooShortForHeader { len: usize },
+    NotAProfile,
+    UnsupportedVersion(u64),
+    ZeroPeriod,
+    EmptyRecord,
+    TruncatedRecord { depth: u64, slots_left: u64 },
+    ZeroCount,
+    ZeroPc,
+    MissingTrailer,
+}
+
+impl ParseError {
+    fn at(offset: usize, kind: ParseErrorKind) -> Self {
+        ParseError { offset, kind }
+    }
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "at byte offset {}: ", self.offset)?;
+        match &self.kind {
+            ParseErrorKind::TooShortForHeader { len } => {
+                write!(f, "file is {len} bytes, too short for a profile header")
+            }
+            ParseErrorKind::NotAProfile => write!(
+                f,
+                "not a CPU profile: the header must start with slots 0, 3 (4- or 8-byte, either byte order)"
+            ),
+            ParseErrorKind::UnsupportedVersion(v) => {
+                write!(f, "unsupported format version {v} (only 0 is defined)")
+            }
+            ParseErrorKind::ZeroPeriod => write!(f, "sampling period is 0"),
+            ParseErrorKind::EmptyRecord => write!(f, "record has no program counters"),
+            ParseErrorKind::TruncatedRecord { depth, slots_left } => write!(
+                f,
+                "record claims {depth} program counters but only {slots_left} slots remain (file truncated?)"
+            ),
+            ParseErrorKind::ZeroCount => write!(f, "record has sample count 0 but is not the trailer"),
+            ParseErrorKind::ZeroPc => write!(f, "record's first program counter is 0"),
+            ParseErrorKind::MissingTrailer => {
+                write!(
+                    f,
+                    "file ends without the trailer 0, 1, 0 (profiler did not stop cleanly?)"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for ParseError {}
+
+/// Byte order name for messages.
+impl fmt::Display for SlotFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let order = match self.order {
+            ByteOrder::Little => "little-endian",
+            ByteOrder::Big => "big-endian",
+        };
+        write!(f, "{}-bit {}", self.size * 8, order)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::ProfileWriter;
+
+    const MAPS: &[u8] = b"00400000-00452000 r-xp 00000000 08:02 173521      /usr/bin/dbus-daemon\n";
+
+    fn sample_profile(format: SlotFormat) -> Vec<u8> {
+        let mut w = ProfileWriter::new(Vec::new(), format, 10000).unwrap();
+        w.write_record(5, &[0xa0000, 0xc0000, 0xe0000]).unwrap();
+        w.write_record(2, &[0xb0000]).unwrap();
+        w.write_record(1, &[0xa0000, 0xc0000, 0xe0000]).unwrap();
+        w.finish(MAPS).unwrap()
+    }
+
+    #[test]
+    fn reads_every_slot_format_and_sums_identical_stacks() {
+        for format in [SlotFormat::LE64, SlotFormat::BE64, SlotFormat::LE32, SlotFormat::BE32] {
+            let p = Profile::parse(&sample_profile(format)).unwrap();
+            assert_eq!(p.format, format);
+            assert_eq!(p.period_us, 10000);
+            assert_eq!(p.records, 3);
+            assert_eq!(
+                p.samples,
+                vec![
+                    Sample {
+                        count: 6,
+                        pcs: vec![0xa0000, 0xc0000, 0xe0000]
+                    },
+                    Sample {
+                        count: 2,
+                        pcs: vec![0xb0000]
+                    },
+                ]
+            );
+            assert_eq!(p.maps.entries.len(), 1);
+            assert_eq!(p.maps.entries[0].path, "/usr/bin/dbus-daemon");
+        }
+    }
+
+    #[test]
+    fn truncation_anywhere_is_an_error_with_an_offset_and_keeps_whole_records() {
+        let full = sample_profile(SlotFormat::LE64);
+        let trailer_end = full.len() - MAPS.len();
+        for cut in 0..trailer_end {
+            let err = Profile::parse(&full[..cut]).unwrap_err();
+            assert!(err.offset <= cut, "cut {cut}: {err}");
+            if let Ok((partial, Some(_))) = Profile::parse_lenient(&full[..cut]) {
+                // Every record that fits entirely before the cut is kept.
+                let whole = [40 + 40, 40 + 40 + 24, 40 + 40 + 24 + 40]
+                    .iter()
+                    .filter(|&&end| end <= cut)
+                    .count();
+                assert_eq!(partial.records, whole, "cut {cut}");
+            }
+        }
+    }
+
+    #[test]
+    fn errors_say_what_and_where() {
+        let mut bad = sample_profile(SlotFormat::LE64);
+        bad[41] = 0xff; // count of the first record stays, depth becomes huge
+        bad[48] = 0xff;
+        let err = Profile::parse(&bad).unwrap_err();
+        assert_eq!(err.offset, 40);
+        assert!(err.to_string().contains("at byte offset 40"), "{err}");
+
+        assert_eq!(
+            Profile::parse(b"hello world, not a profile").unwrap_err().kind,
+            ParseErrorKind::NotAProfile
+        );
+        assert!(matches!(
+            Profile::parse(b"").unwrap_err().kind,
+            ParseErrorKind::TooShortForHeader { .. }
+        ));
+
+        let mut zero_period = sample_profile(SlotFormat::LE64);
+        zero_period[24] = 0;
+        zero_period[25] = 0;
+        assert_eq!(
+            Profile::parse(&zero_period).unwrap_err(),
+            ParseError::at(24, ParseErrorKind::ZeroPeriod)
+        );
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic() {
+        // A cheap deterministic fuzz: mutate a valid profile byte by byte.
+        let base = sample_profile(SlotFormat::LE32);
+        let mut state = 0x2545F4914F6CDD1Du64;
+        for _ in 0..20000 {
+            let mut bytes = base.clone();
+            for _ in 0..4 {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                let i = (state as usize) % bytes.len();
+                bytes[i] = (state >> 32) as u8;
+            }
+            let len = (state >> 40) as usize % (bytes.len() + 1);
+            let _ = Profile::parse_lenient(&bytes[..len]);
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! Writes profiles in the legacy format to any `io::Write`.
+
+use super::{SlotFormat, TRAILER};
+use std::io::{self, Write};
+
+/// Streams a profile: the header on creation, then records, then trailer and maps on `finish`.
+///
+/// Records are encoded into an internal buffer and handed to the sink one whole record at a
+/// time, so a reader of a file cut short by a crash sees only complete records (modulo a
+/// partial `write` on a full disk, which the reader's lenient mode tolerates).
+pub struct ProfileWriter<W: Write> {
+    sink: W,
+    format: SlotFormat,
+    scratch: Vec<u8>,
+    bytes_written: u64,
+}
+
+impl<W: Write> ProfileWriter<W> {
+    /// Writes the five header slots `0, 3, 0, period_us, 0`.
+    pub fn new(sink: W, format: SlotFormat, period_us: u64) -> io::Result<Self> {
+        let mut w = ProfileWriter {
+            sink,
+            format,
+            scratch: Vec::with_capacity(4096),
+            bytes_written: 0,
+        };
+        for slot in [0, 3, 0, period_us, 0] {
+            format.put(slot, &mut w.scratch);
+        }
+        w.emit()?;
+        Ok(w)
+    }
+
+    /// Writes one record. `pcs` must be non-empty and must not start with 0 (that would read as
+    /// the trailer); counts above the slot width are split over several records.
+    pub fn write_record(&mut self, count: u64, pcs: &[u64]) -> io::Result<()> {
+        if count == 0 || pcs.is_empty() || pcs[0] == 0 {
+            return Ok(());
+        }
+        let max = self.format.max_value();
+        let mut left = count;
+        while left > 0 {
+            let chunk = left.min(max);
+            self.format.put(chunk, &mut self.scratch);
+            self.format.put(pcs.len() as u64, &mut self.scratch);
+            for &pc in pcs {
+                self.format.put(pc, &mut self.scratch);
+            }
+            left -= chunk;
+        }
+        self.emit()
+    }
+
+    /// Writes the trailer and the maps text, flushes, and returns the sink.
+    pub fn finish(mut self, maps_text: &[u8]) -> io::Result<W> {
+        for slot in TRAILER {
+            self.format.put(slot, &mut self.scratch);
+        }
+        self.scratch.extend_from_slice(maps_text);
+        self.emit()?;
+        self.sink.flush()?;
+        Ok(self.sink)
+    }
+
+    /// Flushes the sink so that every record written so far reaches the file.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.sink.flush()
+    }
+
+    /// Bytes handed to the sink so far, header included.
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes_written
+    }
+
+    fn emit(&mut self) -> io::Result<()> {
+        let result = self.sink.write_all(&self.scratch);
+        if result.is_ok() {
+            self.bytes_written += self.scratch.len() as u64;
+        }
+        self.scratch.clear();
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::ByteOrder;
+
+    fn slots(bytes: &[u8], format: SlotFormat) -> Vec<u64> {
+        bytes.chunks(format.size).map(|c| format.get(c)).collect()
+    }
+
+    #[test]
+    fn empty_profile_is_header_then_trailer_then_maps() {
+        let w = ProfileWriter::new(Vec::new(), SlotFormat::LE64, 10000).unwrap();
+        let out = w.finish(b"maps\n").unwrap();
+        assert_eq!(out.len(), 8 * 8 + 5);
+        assert_eq!(slots(&out[..64], SlotFormat::LE64), vec![0, 3, 0, 10000, 0, 0, 1, 0]);
+        assert_eq!(&out[64..], b"maps\n");
+    }
+
+    #[test]
+    fn every_slot_format_encodes_the_same_slots() {
+        for format in [SlotFormat::LE64, SlotFormat::BE64, SlotFormat::LE32, SlotFormat::BE32] {
+            let mut w = ProfileWriter::new(Vec::new(), format, 2500).unwrap();
+            w.write_record(5, &[0xa0000, 0xc0000, 0xe0000]).unwrap();
+            let out = w.finish(b"").unwrap();
+            assert_eq!(
+                slots(&out, format),
+                vec![0, 3, 0, 2500, 0, 5, 3, 0xa0000, 0xc0000, 0xe0000, 0, 1, 0],
+                "{format:?}"
+            );
+        }
+        let mut be = Vec::new();
+        SlotFormat {
+            size: 4,
+            order: ByteOrder::Big,
+        }
+        .put(0x2710, &mut be);
+        assert_eq!(be, [0, 0, 0x27, 0x10]);
+    }
+
+    #[test]
+    fn counts_wider_than_a_slot_are_split() {
+        let mut w = ProfileWriter::new(Vec::new(), SlotFormat::LE32, 1).unwrap();
+        w.write_record(u32::MAX as u64 + 7, &[0x10]).unwrap();
+        let out = w.finish(b"").unwrap();
+        assert_eq!(
+            slots(&out, SlotFormat::LE32),
+            vec![0, 3, 0, 1, 0, u32::MAX as u64, 1, 0x10, 7, 1, 0x10, 0, 1, 0]
+        );
+    }
+
+    #[test]
+    fn records_that_would_read_as_a_trailer_are_not_written() {
+        let mut w = ProfileWriter::new(Vec::new(), SlotFormat::LE64, 1).unwrap();
+        w.write_record(3, &[0, 0x10]).unwrap();
+        w.write_record(0, &[0x10]).unwrap();
+        w.write_record(3, &[]).unwrap();
+        assert_eq!(w.bytes_written(), 40);
+    }
+}

@@ -1,0 +1,21 @@
+//! cpuprof: a sampling CPU profiler for Linux that writes gperftools-compatible profiles.
+//!
+//! Layers, bottom up (each testable without the ones above it):
+//! * [`format`]: writer and reader of the legacy profile format;
+//! * [`table`]: the lock-free call-chain table and eviction ring;
+//! * [`unwind`]: stack walking that cannot fault;
+//! * [`sampler`]: timers and the signal handler (the only code run in signal context);
+//! * [`session`]: start, flush, stop, the writer thread, options and environment variables;
+//! * front ends: [`Profiler`] here, the C ABI in `cdylib/`, the `cpuprof` CLI in `cli/`.
+
+pub mod error;
+pub mod format;
+mod profiler;
+pub mod sampler;
+pub mod session;
+pub mod table;
+pub mod unwind;
+
+pub use error::Error;
+pub use profiler::{Profiler, ProfilerBuilder, ProfilerGuard};
+pub use session::Report;

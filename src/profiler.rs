@@ -1,0 +1,96 @@
+//! The Rust front end: start a profile and get a guard that writes it when dropped.
+//!
+//! ```no_run
+//! let _guard = cpuprof::Profiler::start("out.prof")?;
+//! // ... work to profile ...
+//! # Ok::<(), cpuprof::Error>(())
+//! ```
+
+use crate::error::Error;
+use crate::sampler::Clock;
+use crate::session::options::clamp_depth;
+use crate::session::{global, Options, Report};
+use std::path::Path;
+
+/// Entry point of the Rust API.
+pub struct Profiler;
+
+impl Profiler {
+    /// Starts profiling into `path` with gperftools' defaults (100 Hz, CPU time, depth 254).
+    pub fn start(path: impl AsRef<Path>) -> Result<ProfilerGuard, Error> {
+        Profiler::builder().start(path)
+    }
+
+    pub fn builder() -> ProfilerBuilder {
+        ProfilerBuilder {
+            options: Options::default(),
+        }
+    }
+}
+
+/// Options for a profile; finish with [`ProfilerBuilder::start`].
+#[derive(Clone, Debug)]
+pub struct ProfilerBuilder {
+    options: Options,
+}
+
+impl ProfilerBuilder {
+    /// Samples per CPU-second, 1 to 4000.
+    pub fn frequency(mut self, hz: u32) -> Self {
+        self.options.frequency = hz.clamp(1, crate::session::options::MAX_FREQUENCY);
+        self
+    }
+
+    /// Longest call chain recorded, PC included (1 to 4096).
+    pub fn max_depth(mut self, depth: usize) -> Self {
+        self.options.table.max_depth = clamp_depth(depth);
+        self
+    }
+
+    /// Sample wall-clock time instead of CPU time (`SIGALRM`).
+    pub fn real_time(mut self, on: bool) -> Self {
+        self.options.clock = if on { Clock::Real } else { Clock::ProcessCpu };
+        self
+    }
+
+    /// Whether to print gperftools' `PROFILE: ...` line on stderr at stop (default: yes).
+    pub fn report_on_stderr(mut self, on: bool) -> Self {
+        self.options.report_on_stderr = on;
+        self
+    }
+
+    pub fn start(self, path: impl AsRef<Path>) -> Result<ProfilerGuard, Error> {
+        global::start(path.as_ref(), self.options)?;
+        Ok(ProfilerGuard { stopped: false })
+    }
+}
+
+/// Stops the profile and writes the file when dropped (errors then go to stderr);
+/// call [`ProfilerGuard::stop`] to get them as a `Result`.
+#[must_use = "profiling stops when the guard is dropped"]
+pub struct ProfilerGuard {
+    stopped: bool,
+}
+
+impl ProfilerGuard {
+    /// Writes everything sampled so far to the file, without ending the profile.
+    pub fn flush(&self) -> Result<(), Error> {
+        global::flush()
+    }
+
+    /// Stops profiling and completes the file.
+    pub fn stop(mut self) -> Result<Report, Error> {
+        self.stopped = true;
+        global::stop()
+    }
+}
+
+impl Drop for ProfilerGuard {
+    fn drop(&mut self) {
+        if !self.stopped {
+            if let Err(e) = global::stop() {
+                eprintln!("cpuprof: {e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! Starting and stopping from the environment, as gperftools does when its library is loaded:
+//! `CPUPROFILE`, `CPUPROFILE_USE_PID` and `CPUPROFILESIGNAL` (the timer options are read by
+//! [`Options::from_env`]).
+
+use super::{global, Options};
+use crate::sampler::signals;
+use std::ffi::{c_int, c_void};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// Where the profile goes, if the environment asks for one. `None` when `CPUPROFILE` is unset
+/// or empty, and in setuid/setgid programs, which must not write files an unprivileged user
+/// chose.
+pub fn profile_path_from_env(var: impl Fn(&str) -> Option<String>, privileged: bool) -> Option<PathBuf> {
+    let base = var("CPUPROFILE").filter(|p| !p.is_empty())?;
+    if privileged {
+        return None;
+    }
+    Some(match var("CPUPROFILE_USE_PID") {
+        Some(_) => PathBuf::from(format!("{}_{}", base, std::process::id())),
+        None => PathBuf::from(base),
+    })
+}
+
+/// Whether the process runs with privileges its invoker does not have.
+pub fn is_privileged() -> bool {
+    // SAFETY: plain queries of process credentials.
+    unsafe {
+        libc::getauxval(libc::AT_SECURE) != 0 || libc::getuid() != libc::geteuid() || libc::getgid() != libc::getegid()
+    }
+}
+
+/// Called when the library is loaded: starts profiling, or arms the toggle signal.
+pub fn start_from_environment() {
+    let var = |k: &str| std::env::var(k).ok();
+    let Some(path) = profile_path_from_env(var, is_privileged()) else {
+        return;
+    };
+    // Programs this one execs inherit the environment (and LD_PRELOAD): they must write their
+    // own `_<pid>` file rather than truncate ours.
+    std::env::set_var("CPUPROFILE_USE_PID", "1");
+    let options = Options::from_env(var);
+    match var("CPUPROFILESIGNAL") {
+        Some(sig) => match sig.trim().parse::<c_int>() {
+            Ok(signal) => arm_toggle_signal(signal, path, options),
+            Err(_) => eprintln!("cpuprof: CPUPROFILESIGNAL={sig:?} is not a signal number; not profiling"),
+        },
+        None => {
+            if let Err(e) = global::start(&path, options) {
+                eprintln!("cpuprof: {e}; the program continues without profiling");
+            }
+        }
+    }
+}
+
+/// Called at exit: stops a running profile and writes it.
+pub fn stop_at_exit() {
+    match global::stop() {
+        Ok(_) | Err(crate::Error::NotRunning) | Err(crate::Error::ForkedChild { .. }) => {}
+        Err(e) => eprintln!("cpuprof: {e}"),
+    }
+}
+
+/// Write end of the pipe from the toggle signal handler to the toggle thread.
+static TOGGLE_PIPE: AtomicI32 = AtomicI32::new(-1);
+
+/// Each delivery of `signal` toggles profiling; the n-th profile goes to `path.n`. Start and
+/// stop happen on a dedicated thread, never in the handler, which only writes one byte.
+fn arm_toggle_signal(signal: c_int, path: PathBuf, options: Options) {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills the two descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        eprintln!(
+            "cpuprof: cannot create the CPUPROFILESIGNAL pipe: {}",
+            std::io::Error::last_os_error()
+        );
+        return;
+    }
+    TOGGLE_PIPE.store(fds[1], Ordering::Release);
+    if let Err(e) = signals::install(signal, on_toggle_signal) {
+        eprintln!("cpuprof: CPUPROFILESIGNAL: {e}; not profiling");
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("cpuprof-toggle".into())
+        .spawn(move || {
+            signals::block_in_current_thread(options.clock.signal());
+            let mut next = 0u64;
+            let mut byte = 0u8;
+            // SAFETY: reads one byte into a local from our own pipe.
+            while unsafe { libc::read(fds[0], &mut byte as *mut u8 as *mut c_void, 1) } == 1 {
+                if global::info().is_some() {
+                    stop_at_exit();
+                } else {
+                    let file = PathBuf::from(format!("{}.{}", path.display(), next));
+                    next += 1;
+                    if let Err(e) = global::start(&file, options.clone()) {
+                        eprintln!("cpuprof: {e}");
+                    }
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        eprintln!("cpuprof: cannot start the CPUPROFILESIGNAL thread: {e}");
+    }
+}
+
+extern "C" fn on_toggle_signal(_sig: c_int, _info: *mut libc::siginfo_t, _uc: *mut c_void) {
+    // SAFETY: write(2) is async-signal-safe; errno is restored for the interrupted code.
+    unsafe {
+        let errno = libc::__errno_location();
+        let saved = *errno;
+        let fd = TOGGLE_PIPE.load(Ordering::Acquire);
+        if fd >= 0 {
+            libc::write(fd, b"t".as_ptr() as *const c_void, 1);
+        }
+        *errno = saved;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_rules_follow_gperftools() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        };
+        assert_eq!(profile_path_from_env(env(&[]), false), None);
+        assert_eq!(profile_path_from_env(env(&[("CPUPROFILE", "")]), false), None);
+        assert_eq!(
+            profile_path_from_env(env(&[("CPUPROFILE", "/tmp/x")]), false),
+            Some("/tmp/x".into())
+        );
+        assert_eq!(profile_path_from_env(env(&[("CPUPROFILE", "/tmp/x")]), true), None);
+        let with_pid = profile_path_from_env(env(&[("CPUPROFILE", "/tmp/x"), ("CPUPROFILE_USE_PID", "")]), false);
+        assert_eq!(with_pid, Some(format!("/tmp/x_{}", std::process::id()).into()));
+    }
+}

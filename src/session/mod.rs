@@ -1,0 +1,178 @@
+//! One profile from start to stop: the file, the sampler state, the timer and the writer thread.
+//!
+//! Only one session runs per process (the timer and signal are process-wide); [`global`]
+//! holds it for the front ends.
+
+pub mod autostart;
+pub mod global;
+pub mod options;
+mod writer;
+
+use crate::error::Error;
+use crate::format::{ProfileWriter, SlotFormat};
+use crate::sampler::{self, signals, timer, SamplerState};
+pub use options::Options;
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::SystemTime;
+use writer::WriterControl;
+
+/// The profile file being written and the first error writing it hit.
+pub struct OutputFile {
+    writer: ProfileWriter<BufWriter<File>>,
+    error: Option<std::io::Error>,
+}
+
+/// What a finished profile holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Report {
+    pub path: PathBuf,
+    /// Signals that produced a sample.
+    pub interrupts: u64,
+    /// Records evicted from the table while running.
+    pub evictions: u64,
+    /// Bytes of the file, maps included.
+    pub bytes: u64,
+    /// Samples that could not be stored (eviction buffer full, or contention).
+    pub lost: u64,
+}
+
+impl Report {
+    /// gperftools' summary line, with the lost-sample count appended.
+    pub fn summary_line(&self) -> String {
+        format!(
+            "PROFILE: interrupts/evictions/bytes = {}/{}/{} (lost samples: {})",
+            self.interrupts, self.evictions, self.bytes, self.lost
+        )
+    }
+}
+
+pub struct Session {
+    path: PathBuf,
+    pid: u32,
+    started: SystemTime,
+    options: Options,
+    state: Arc<SamplerState>,
+    control: Arc<WriterControl>,
+    writer: Option<JoinHandle<OutputFile>>,
+}
+
+impl Session {
+    /// Creates the file, writes the header, and starts sampling.
+    pub fn start(path: &Path, options: Options) -> Result<Session, Error> {
+        let signal = options.clock.signal();
+        signals::install(signal, sampler::on_profiling_signal).map_err(Error::Signal)?;
+        let file = File::create(path).map_err(|source| Error::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let writer = ProfileWriter::new(
+            BufWriter::with_capacity(1 << 16, file),
+            SlotFormat::NATIVE,
+            options.period_us(),
+        )
+        .map_err(|source| Error::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let state = Arc::new(SamplerState::new(options.table, options.filter));
+        let control = Arc::new(WriterControl::default());
+        let writer_thread = {
+            let (state, control) = (state.clone(), control.clone());
+            let out = OutputFile { writer, error: None };
+            std::thread::Builder::new()
+                .name("cpuprof-writer".into())
+                .spawn(move || writer::run(state, out, control, signal))
+                .map_err(Error::Spawn)?
+        };
+        crate::unwind::THREAD_STACKS.register_current_thread();
+        sampler::publish(state.clone());
+        let session = Session {
+            path: path.to_path_buf(),
+            pid: std::process::id(),
+            started: SystemTime::now(),
+            options,
+            state,
+            control,
+            writer: Some(writer_thread),
+        };
+        if let Err(e) = timer::set_interval(session.options.clock, session.options.period_us()) {
+            let _ = session.stop();
+            return Err(Error::Timer(e));
+        }
+        Ok(session)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn start_time(&self) -> SystemTime {
+        self.started
+    }
+
+    pub fn samples_so_far(&self) -> u64 {
+        self.state.interrupts.load(Ordering::Relaxed)
+    }
+
+    /// Writes everything sampled so far to the file (without the trailer).
+    pub fn flush(&self) {
+        self.control.flush_and_wait();
+    }
+
+    /// Stops sampling, writes the remaining samples, the trailer and the maps, closes the file.
+    pub fn stop(mut self) -> Result<Report, Error> {
+        if std::process::id() != self.pid {
+            // A forked child: the writer thread does not exist here, and the file is the
+            // parent's. Leave both alone.
+            let path = self.path.clone();
+            std::mem::forget(self);
+            return Err(Error::ForkedChild { path });
+        }
+        let _ = timer::set_interval(self.options.clock, 0);
+        let unpublished = sampler::unpublish();
+        self.control.request_stop();
+        let Some(Ok(mut out)) = self.writer.take().map(JoinHandle::join) else {
+            let source = std::io::Error::other("the profile writer thread failed");
+            return Err(Error::Write {
+                path: self.path.clone(),
+                source,
+            });
+        };
+        // With the state unpublished no handler adds samples; collect what is left. If a
+        // handler was stuck, the state stays leaked and we still write what we can see.
+        out.write_pending(&self.state, true);
+        drop(unpublished);
+        let stats = &self.state.table.stats;
+        let (interrupts, evictions, lost) = (
+            self.state.interrupts.load(Ordering::Relaxed),
+            stats.evictions.load(Ordering::Relaxed),
+            stats.lost.load(Ordering::Relaxed),
+        );
+        let maps = std::fs::read("/proc/self/maps").unwrap_or_default();
+        let OutputFile { writer, error } = out;
+        let bytes = writer.bytes_written() + 3 * SlotFormat::NATIVE.size as u64 + maps.len() as u64;
+        let result = match error {
+            Some(e) => Err(e),
+            None => writer.finish(&maps).map(drop),
+        };
+        let report = Report {
+            path: self.path.clone(),
+            interrupts,
+            evictions,
+            bytes,
+            lost,
+        };
+        if self.options.report_on_stderr {
+            eprintln!("{}", report.summary_line());
+        }
+        result.map(|()| report).map_err(|source| Error::Write {
+            path: self.path.clone(),
+            source,
+        })
+    }
+}

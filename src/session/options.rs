@@ -1,0 +1,103 @@
+//! Profiling options, and how the gperftools environment variables map onto them.
+
+use crate::sampler::{Clock, ThreadFilter};
+use crate::table::TableConfig;
+
+/// Default sampling frequency, as in gperftools.
+pub const DEFAULT_FREQUENCY: u32 = 100;
+/// Highest frequency accepted; the same clamp as gperftools. (The process-wide timers used
+/// here deliver at most one signal per kernel tick, 250 Hz on these machines.)
+pub const MAX_FREQUENCY: u32 = 4000;
+/// Longest call chain recorded by default, as in gperftools.
+pub const DEFAULT_MAX_DEPTH: usize = 254;
+/// Upper bound on the configurable depth.
+pub const MAX_DEPTH_LIMIT: usize = 4096;
+
+/// How a profile is taken.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub frequency: u32,
+    pub clock: Clock,
+    pub table: TableConfig,
+    pub filter: Option<ThreadFilter>,
+    /// Print the `PROFILE: ...` summary line on stderr at stop.
+    pub report_on_stderr: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            frequency: DEFAULT_FREQUENCY,
+            clock: Clock::ProcessCpu,
+            table: TableConfig {
+                max_depth: DEFAULT_MAX_DEPTH,
+                ..TableConfig::default()
+            },
+            filter: None,
+            report_on_stderr: true,
+        }
+    }
+}
+
+impl Options {
+    /// Options from `CPUPROFILE_FREQUENCY` and `CPUPROFILE_REALTIME`, read through `var`.
+    pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Options {
+        let mut o = Options::default();
+        if let Some(hz) = var("CPUPROFILE_FREQUENCY") {
+            o.frequency = parse_frequency(&hz);
+        }
+        if var("CPUPROFILE_REALTIME").is_some() {
+            o.clock = Clock::Real;
+        }
+        o
+    }
+
+    pub fn period_us(&self) -> u64 {
+        crate::format::period_us_for_frequency(self.frequency)
+    }
+}
+
+/// gperftools' rule: a positive integer, clamped to [`MAX_FREQUENCY`]; anything else is the
+/// default.
+pub fn parse_frequency(text: &str) -> u32 {
+    match text.trim().parse::<u64>() {
+        Ok(hz) if hz > 0 => hz.min(MAX_FREQUENCY as u64) as u32,
+        _ => DEFAULT_FREQUENCY,
+    }
+}
+
+/// Clamps a requested depth to what the table supports.
+pub fn clamp_depth(depth: usize) -> usize {
+    depth.clamp(1, MAX_DEPTH_LIMIT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn frequency_follows_gperftools_rules() {
+        assert_eq!(parse_frequency("250"), 250);
+        assert_eq!(parse_frequency("100000"), MAX_FREQUENCY);
+        for bad in ["", "0", "-5", "fast", "1e3"] {
+            assert_eq!(parse_frequency(bad), DEFAULT_FREQUENCY, "{bad:?}");
+        }
+        let o = Options::from_env(env(&[("CPUPROFILE_FREQUENCY", "1000")]));
+        assert_eq!((o.frequency, o.period_us(), o.clock), (1000, 1000, Clock::ProcessCpu));
+    }
+
+    #[test]
+    fn realtime_with_any_value_uses_the_wall_clock() {
+        assert_eq!(
+            Options::from_env(env(&[("CPUPROFILE_REALTIME", "")])).clock,
+            Clock::Real
+        );
+        assert_eq!(Options::from_env(env(&[])).period_us(), 10000);
+    }
+}

@@ -1,0 +1,111 @@
+//! The writer thread: moves samples from the table to the file while profiling runs.
+//!
+//! Every tick it resolves stack-range requests from the handlers and drains evicted records.
+//! It also harvests the counts held in the table, first after one second and then at doubling
+//! intervals up to 30 s, so that a process killed without warning leaves a readable file with
+//! recent samples, while a long-running server does not grow its file with every tick.
+
+use super::OutputFile;
+use crate::sampler::{signals, SamplerState};
+use crate::unwind::THREAD_STACKS;
+use parking_lot::{Condvar, Mutex};
+use std::io;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const TICK: Duration = Duration::from_millis(100);
+const FIRST_HARVEST: Duration = Duration::from_secs(1);
+const MAX_HARVEST_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Requests from the controlling thread to the writer thread.
+#[derive(Default)]
+pub struct WriterControl {
+    state: Mutex<Requests>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct Requests {
+    stop: bool,
+    flush_requested: u64,
+    flush_done: u64,
+}
+
+impl WriterControl {
+    pub fn request_stop(&self) {
+        self.state.lock().stop = true;
+        self.changed.notify_all();
+    }
+
+    /// Asks for everything sampled so far to reach the file, and waits until it has.
+    pub fn flush_and_wait(&self) {
+        let mut s = self.state.lock();
+        s.flush_requested += 1;
+        let wanted = s.flush_requested;
+        self.changed.notify_all();
+        while s.flush_done < wanted && !s.stop {
+            self.changed.wait(&mut s);
+        }
+    }
+}
+
+/// Moves samples to `out` until asked to stop; returns the output for the final write.
+pub fn run(
+    state: Arc<SamplerState>,
+    mut out: OutputFile,
+    control: Arc<WriterControl>,
+    profiling_signal: i32,
+) -> OutputFile {
+    signals::block_in_current_thread(profiling_signal);
+    let mut harvest_interval = FIRST_HARVEST;
+    let mut next_harvest = Instant::now() + harvest_interval;
+    loop {
+        let (stop, flush) = {
+            let mut s = control.state.lock();
+            if !s.stop && s.flush_done == s.flush_requested {
+                control.changed.wait_for(&mut s, TICK);
+            }
+            (s.stop, s.flush_requested)
+        };
+        if stop {
+            return out;
+        }
+        THREAD_STACKS.resolve_requests();
+        let due = Instant::now() >= next_harvest;
+        if due {
+            harvest_interval = (harvest_interval * 2).min(MAX_HARVEST_INTERVAL);
+            next_harvest = Instant::now() + harvest_interval;
+        }
+        let flushing = flush > control.state.lock().flush_done;
+        out.write_pending(&state, due || flushing);
+        if flushing {
+            control.state.lock().flush_done = flush;
+            control.changed.notify_all();
+        }
+    }
+}
+
+impl OutputFile {
+    /// Writes evicted records and, when `harvest`, the table's counts, then flushes to the
+    /// file. After a write error nothing more is written (a partial record would corrupt the
+    /// file); the error is kept for `stop` to report.
+    pub fn write_pending(&mut self, state: &SamplerState, harvest: bool) {
+        let failed_before = self.error.is_some();
+        let mut result: io::Result<()> = Ok(());
+        let mut write = |count: u64, pcs: &[u64]| {
+            if !failed_before && result.is_ok() {
+                result = self.writer.write_record(count, pcs);
+            }
+        };
+        state.table.drain_evicted(&mut write);
+        if harvest {
+            state.table.harvest(&mut write);
+        }
+        if failed_before {
+            return;
+        }
+        if let Err(e) = result.and_then(|()| self.writer.flush()) {
+            self.error.get_or_insert(e);
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! Frame-pointer stack walking that never faults, whatever the frame-pointer register holds.
+//!
+//! With frame pointers, `[fp]` is the caller's frame pointer and `[fp + 8]` the return address.
+//! Code built without them uses the register for anything, so every candidate frame is checked:
+//! it must be 8-byte aligned, above the previous one (stacks grow down, so callers live higher),
+//! and inside memory known to be mapped, either the range the thread registry vouches for or
+//! pages just verified by a readability probe.
+
+use super::probe::ProbedPages;
+
+/// Registers a walk starts from.
+#[derive(Clone, Copy, Debug)]
+pub struct Registers {
+    pub pc: u64,
+    pub sp: u64,
+    pub fp: u64,
+}
+
+/// Frames further apart than this are treated as garbage: no real frame is 64 MiB.
+const MAX_FRAME_SPAN: u64 = 64 << 20;
+
+/// Writes the PC and then return addresses into `out`; returns how many were written.
+/// `vouched_top`: memory in `[regs.sp, vouched_top)` is known mapped and readable.
+/// Async-signal-safe: the only system calls are probes of addresses nothing vouches for.
+pub fn walk(regs: Registers, vouched_top: Option<u64>, out: &mut [u64]) -> usize {
+    if out.is_empty() || regs.pc == 0 {
+        return 0;
+    }
+    out[0] = regs.pc;
+    let mut n = 1;
+    let mut probed = ProbedPages::default();
+    let vouched_top = vouched_top.unwrap_or(0);
+    let mut fp = regs.fp;
+    let mut floor = regs.sp;
+    while n < out.len() {
+        if fp % 8 != 0 || fp < floor || fp - floor > MAX_FRAME_SPAN {
+            break;
+        }
+        let end = match fp.checked_add(16) {
+            Some(end) => end,
+            None => break,
+        };
+        let vouched = fp >= regs.sp && end <= vouched_top;
+        if !vouched && !probed.check(fp, 16) {
+            break;
+        }
+        // SAFETY: [fp, fp + 16) is inside the vouched stack range or was just probed readable.
+        let (next, ret) = unsafe {
+            (
+                std::ptr::read_volatile(fp as *const u64),
+                std::ptr::read_volatile((fp + 8) as *const u64),
+            )
+        };
+        if ret < 4096 {
+            break;
+        }
+        out[n] = ret;
+        n += 1;
+        floor = end;
+        fp = next;
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Builds a fake stack of frames in `mem`: frame i at index 4*i holds (next fp, return).
+    fn chain(mem: &mut [u64], frames: usize) -> Registers {
+        let base = mem.as_ptr() as u64;
+        for i in 0..frames {
+            mem[4 * i] = if i + 1 < frames { base + 32 * (i as u64 + 1) } else { 0 };
+            mem[4 * i + 1] = 0x1000 + i as u64;
+        }
+        Registers {
+            pc: 0x999,
+            sp: base,
+            fp: base,
+        }
+    }
+
+    #[test]
+    fn follows_a_valid_chain_to_its_end() {
+        let mut mem = vec![0u64; 64];
+        let regs = chain(&mut mem, 5);
+        let mut out = [0u64; 16];
+        let n = walk(regs, None, &mut out);
+        assert_eq!(&out[..n], &[0x999, 0x1000, 0x1001, 0x1002, 0x1003, 0x1004]);
+        let top = regs.sp + 8 * 64;
+        assert_eq!(walk(regs, Some(top), &mut out), 6, "vouched walk agrees");
+        assert_eq!(walk(regs, None, &mut out[..3]), 3, "depth limit");
+    }
+
+    #[test]
+    fn stops_at_garbage_without_faulting() {
+        let mut mem = vec![0u64; 64];
+        let regs = chain(&mut mem, 5);
+        let mut out = [0u64; 16];
+        for garbage in [1u64, 0xdead_beef_0000, 0x10, u64::MAX - 7, regs.sp - 64, regs.sp + 3] {
+            mem[8] = garbage; // frame 2's next pointer
+            let n = walk(regs, None, &mut out);
+            assert!((3..=4).contains(&n), "garbage {garbage:#x} gave {n} frames");
+        }
+        for fp in [0u64, 8, 0xffff_ffff_ffff_fff8, 0x7fff_0000_0000] {
+            let n = walk(Registers { fp, ..regs }, None, &mut out);
+            assert_eq!(n, 1, "fp {fp:#x}");
+        }
+    }
+
+    #[test]
+    fn loops_and_downward_links_end_the_walk() {
+        let mut mem = vec![0u64; 64];
+        let regs = chain(&mut mem, 5);
+        mem[8] = regs.sp; // frame 2 points back to frame 0
+        let mut out = [0u64; 16];
+        assert_eq!(walk(regs, None, &mut out), 4);
+    }
+}

@@ -1,0 +1,73 @@
+/* Known-answer workload: hot_a does exactly 3x the work of hot_b, both called from main.
+ *
+ *   hot SECONDS                      burn SECONDS of CPU (profiled via CPUPROFILE/LD_PRELOAD)
+ *   hot SECONDS api PATH             the same inside ProfilerStart(PATH)/ProfilerStop()
+ *   hot SECONDS twice PATH1 PATH2    two profiles in one process, one after the other
+ *   hot SECONDS unwritable PATH      ProfilerStart(PATH) must fail; the program carries on
+ *
+ * Prints "checksum N" so callers can see it ran to the end. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#ifdef USE_API
+#include <gperftools/profiler.h>
+#endif
+
+static volatile unsigned long sink;
+
+/* Inlined into each hot function, so the samples land in hot_a and hot_b themselves: gcc
+ * gives leaf functions no frame even with -fno-omit-frame-pointer, and a frame-pointer walk
+ * cannot see the caller of a frameless leaf. */
+__attribute__((always_inline)) static inline unsigned long burn(unsigned long n) {
+  unsigned long x = n;
+  for (unsigned long i = 0; i < n; i++) {
+    x = x * 6364136223846793005UL + i;
+    __asm__ volatile("" : "+r"(x));
+  }
+  return x;
+}
+
+__attribute__((noinline)) void hot_a(unsigned long n) { sink += burn(3 * n); }
+__attribute__((noinline)) void hot_b(unsigned long n) { sink += burn(n); }
+
+static double cpu_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void work(double seconds) {
+  double end = cpu_seconds() + seconds;
+  while (cpu_seconds() < end) {
+    hot_a(200000);
+    hot_b(200000);
+  }
+}
+
+int main(int argc, char **argv) {
+  double seconds = argc > 1 ? atof(argv[1]) : 2.0;
+  const char *mode = argc > 2 ? argv[2] : "";
+#ifdef USE_API
+  if (!strcmp(mode, "api") && argc > 3) {
+    if (!ProfilerStart(argv[3])) return 3;
+    work(seconds);
+    ProfilerStop();
+  } else if (!strcmp(mode, "twice") && argc > 4) {
+    for (int i = 0; i < 2; i++) {
+      if (!ProfilerStart(argv[3 + i])) return 3;
+      work(seconds / 2);
+      ProfilerStop();
+    }
+  } else if (!strcmp(mode, "unwritable") && argc > 3) {
+    if (ProfilerStart(argv[3])) return 4;
+    work(seconds);
+  } else
+#endif
+  {
+    (void)mode;
+    work(seconds);
+  }
+  printf("checksum %lu\n", sink != 0);
+  return 0;
+}
