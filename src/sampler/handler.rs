@@ -103,7 +103,10 @@ pub fn unpublish() -> Option<Arc<SamplerState>> {
 }
 
 /// The `SA_SIGINFO` handler for the profiling signal.
-pub extern "C" fn on_profiling_signal(_sig: c_int, _info: *mut libc::siginfo_t, uc: *mut c_void) {
+///
+/// # Safety
+/// Only the kernel calls it, with the `uc` of the signal being delivered.
+pub unsafe extern "C" fn on_profiling_signal(_sig: c_int, _info: *mut libc::siginfo_t, uc: *mut c_void) {
     // SAFETY: errno is this thread's; it is restored so the interrupted code never sees ours.
     let errno = unsafe { libc::__errno_location() };
     let saved_errno = unsafe { *errno };

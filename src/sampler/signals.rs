@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The handler function type for `SA_SIGINFO` handlers.
-pub type SigInfoHandler = extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void);
+pub type SigInfoHandler = unsafe extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void);
 
 /// Why a handler could not be installed.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -105,7 +105,7 @@ fn arm_toggle_signal(signal: c_int, path: PathBuf, options: Options) {
     }
 }
 
-extern "C" fn on_toggle_signal(_sig: c_int, _info: *mut libc::siginfo_t, _uc: *mut c_void) {
+unsafe extern "C" fn on_toggle_signal(_sig: c_int, _info: *mut libc::siginfo_t, _uc: *mut c_void) {
     // SAFETY: write(2) is async-signal-safe; errno is restored for the interrupted code.
     unsafe {
         let errno = libc::__errno_location();

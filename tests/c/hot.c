@@ -5,7 +5,8 @@
  *   hot SECONDS twice PATH1 PATH2    two profiles in one process, one after the other
  *   hot SECONDS unwritable PATH      ProfilerStart(PATH) must fail; the program carries on
  *
- * Prints "checksum N" so callers can see it ran to the end. */
+ * Prints "checksum N" so callers can see it ran to the end, and "cpu SECONDS", the process CPU
+ * time used, to compare with the profile's sample total. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +69,6 @@ int main(int argc, char **argv) {
     (void)mode;
     work(seconds);
   }
-  printf("checksum %lu\n", sink != 0);
+  printf("checksum %lu\ncpu %.4f\n", sink != 0, cpu_seconds());
   return 0;
 }

@@ -1,0 +1,114 @@
+//! The Rust front end in-process: the guard, exact bytes of an empty profile, the known
+//! answer, and errors. Profiling is process-wide, so these tests take turns.
+
+mod support;
+
+use cpuprof::format::{Maps, Profile, SlotFormat};
+use cpuprof::Profiler;
+use parking_lot::Mutex;
+use std::hint::black_box;
+use support::*;
+
+static ONE_AT_A_TIME: Mutex<()> = parking_lot::const_mutex(());
+
+#[inline(always)]
+fn burn(n: u64) -> u64 {
+    let mut x = n;
+    for i in 0..n {
+        x = black_box(x.wrapping_mul(6364136223846793005).wrapping_add(i));
+    }
+    x
+}
+
+#[inline(never)]
+fn hot_a(n: u64) -> u64 {
+    burn(3 * n)
+}
+
+#[inline(never)]
+fn hot_b(n: u64) -> u64 {
+    burn(n)
+}
+
+fn process_cpu_seconds() -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
+#[test]
+fn empty_profile_is_exactly_header_trailer_and_maps() {
+    let _turn = ONE_AT_A_TIME.lock();
+    let path = scratch_dir("empty").join("empty.prof");
+    let guard = Profiler::builder().report_on_stderr(false).start(&path).unwrap();
+    let report = guard.stop().unwrap();
+    assert_eq!(report.interrupts, 0);
+    let bytes = std::fs::read(&path).unwrap();
+    let mut expected = Vec::new();
+    for slot in [0, 3, 0, 10000, 0, 0, 1, 0] {
+        SlotFormat::NATIVE.put(slot, &mut expected);
+    }
+    assert_eq!(&bytes[..64], &expected[..]);
+    assert_eq!(report.bytes, bytes.len() as u64);
+    let maps_text = std::str::from_utf8(&bytes[64..]).unwrap();
+    let maps = Maps::parse(maps_text.as_bytes());
+    assert_eq!(
+        maps.entries.len(),
+        maps_text.lines().count(),
+        "every line is a mapping line"
+    );
+    let exe = std::env::current_exe().unwrap();
+    assert!(maps
+        .entries
+        .iter()
+        .any(|m| m.is_executable() && m.path == exe.to_str().unwrap()));
+}
+
+#[test]
+fn guard_known_answer() {
+    let _turn = ONE_AT_A_TIME.lock();
+    let path = scratch_dir("guard").join("guard.prof");
+    let cpu_before = process_cpu_seconds();
+    {
+        let _guard = Profiler::builder()
+            .frequency(250)
+            .report_on_stderr(false)
+            .start(&path)
+            .unwrap();
+        let end = process_cpu_seconds() + 3.0;
+        while process_cpu_seconds() < end {
+            black_box(hot_a(100_000));
+            black_box(hot_b(100_000));
+        }
+    }
+    let cpu = process_cpu_seconds() - cpu_before;
+    let profile = Profile::parse(&std::fs::read(&path).unwrap()).unwrap();
+    let sampled = profile.total_samples() as f64 * profile.period_us as f64 / 1e6;
+    assert!(
+        (sampled - cpu).abs() <= 0.10 * cpu,
+        "samples x period = {sampled:.2} s, CPU = {cpu:.2} s"
+    );
+    assert_three_to_one("cpuprof top", &cpuprof_top(&path));
+}
+
+#[test]
+fn second_start_and_bad_paths_are_errors_naming_the_path() {
+    let _turn = ONE_AT_A_TIME.lock();
+    let dir = scratch_dir("errors");
+    let err = Profiler::start(dir.join("no/such/dir/x.prof"))
+        .err()
+        .expect("missing directory");
+    assert!(
+        err.to_string().contains("no/such/dir/x.prof") && err.to_string().contains("No such file"),
+        "{err}"
+    );
+    let err = Profiler::start(&dir).err().expect("a directory is not a file");
+    assert!(err.to_string().contains(dir.to_str().unwrap()), "{err}");
+
+    let first = dir.join("first.prof");
+    let guard = Profiler::builder().report_on_stderr(false).start(&first).unwrap();
+    let err = Profiler::start(dir.join("second.prof")).err().expect("already running");
+    assert!(err.to_string().contains("first.prof"), "{err}");
+    guard.stop().unwrap();
+    assert!(!dir.join("second.prof").exists());
+}

@@ -1,0 +1,186 @@
+//! Shared helpers for end-to-end tests: build libcpuprof.so and the cpuprof CLI, compile C
+//! workloads, run programs under the profiler, and read profiles with our reader and with the
+//! real ones (google-pprof, go tool pprof).
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// target/<profile>/ of this test run.
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().to_path_buf() // target/<profile>/deps/.. -> target/<profile>
+}
+
+/// Builds libcpuprof.so and the cpuprof binary once per test binary (cargo test does not
+/// build a cdylib or another package's binary for us). Returns (lib, cli).
+pub fn artifacts() -> &'static (PathBuf, PathBuf) {
+    static BUILT: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let profile_dir = target_dir();
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.current_dir(root())
+            .args(["build", "-q", "-p", "cpuprof-preload", "-p", "cpuprof-cli"]);
+        if profile_dir.file_name().unwrap() == "release" {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("run cargo build");
+        assert!(status.success(), "building libcpuprof.so and cpuprof failed");
+        (profile_dir.join("libcpuprof.so"), profile_dir.join("cpuprof"))
+    })
+}
+
+pub fn lib() -> &'static Path {
+    &artifacts().0
+}
+
+pub fn cli() -> &'static Path {
+    &artifacts().1
+}
+
+/// A fresh directory for one test's files.
+pub fn scratch_dir(name: &str) -> PathBuf {
+    let dir = target_dir().join("e2e").join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Compiles `tests/c/<source>` into `dir/<name>` with `flags` (plus -g, our header, and with
+/// `link_api`, -lcpuprof).
+pub fn compile_c(dir: &Path, source: &str, name: &str, flags: &[&str], link_api: bool) -> PathBuf {
+    let out = dir.join(name);
+    let mut cmd = Command::new("cc");
+    cmd.arg("-g")
+        .args(flags)
+        .arg("-I")
+        .arg(root().join("include"))
+        .arg(root().join("tests/c").join(source));
+    cmd.arg("-o").arg(&out).arg("-lpthread");
+    if link_api {
+        let libdir = lib().parent().unwrap();
+        cmd.arg("-DUSE_API")
+            .arg("-L")
+            .arg(libdir)
+            .arg("-lcpuprof")
+            .arg(format!("-Wl,-rpath,{}", libdir.display()));
+    }
+    let result = cmd.output().expect("run cc");
+    assert!(
+        result.status.success(),
+        "cc failed: {}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    out
+}
+
+/// Runs `program args` with `env`, asserting it exits 0; returns its output.
+pub fn run_ok(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let out = Command::new(program)
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{} {:?} failed: {:?}\nstdout: {}\nstderr: {}",
+        program.display(),
+        args,
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Runs `program` under LD_PRELOAD=libcpuprof.so with CPUPROFILE=profile.
+pub fn run_preloaded(program: &Path, args: &[&str], profile: &Path, extra_env: &[(&str, &str)]) -> Output {
+    let mut env = vec![
+        ("LD_PRELOAD", lib().to_str().unwrap()),
+        ("CPUPROFILE", profile.to_str().unwrap()),
+    ];
+    env.extend_from_slice(extra_env);
+    run_ok(program, args, &env)
+}
+
+/// Reads a `cpu SECONDS` line printed by the workloads.
+pub fn reported_cpu_seconds(out: &Output) -> f64 {
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| l.strip_prefix("cpu "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("workload prints 'cpu SECONDS'")
+}
+
+/// Cumulative percentage per function from a pprof-style table whose 5th column is cum%
+/// and whose function name starts at the 6th (cpuprof top, google-pprof --text, go tool pprof -top).
+fn cum_percentages(table: &str) -> HashMap<String, f64> {
+    let mut out = HashMap::new();
+    for line in table.lines() {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        if cols.len() < 6 || !cols[4].ends_with('%') {
+            continue;
+        }
+        if let Ok(p) = cols[4].trim_end_matches('%').parse::<f64>() {
+            let name = cols[5..].join(" ");
+            out.entry(name).or_insert(p);
+        }
+    }
+    out
+}
+
+/// Share of the named function (exact name, or a Rust path ending in `::name`).
+pub fn share(table: &HashMap<String, f64>, function: &str) -> f64 {
+    table
+        .iter()
+        .filter(|(n, _)| *n == function || n.ends_with(&format!("::{function}")))
+        .map(|(_, &p)| p)
+        .fold(0.0, f64::max)
+}
+
+/// Our reader and symboliser: `cpuprof top --cum`.
+pub fn cpuprof_top(profile: &Path) -> HashMap<String, f64> {
+    let out = run_ok(cli(), &["top", "--cum", "-n", "1000", profile.to_str().unwrap()], &[]);
+    cum_percentages(&String::from_utf8_lossy(&out.stdout))
+}
+
+pub fn google_pprof(binary: &Path, profile: &Path) -> HashMap<String, f64> {
+    let out = run_ok(
+        Path::new("google-pprof"),
+        &["--text", "--cum", binary.to_str().unwrap(), profile.to_str().unwrap()],
+        &[],
+    );
+    cum_percentages(&String::from_utf8_lossy(&out.stdout))
+}
+
+pub fn go_pprof(binary: &Path, profile: &Path) -> HashMap<String, f64> {
+    let out = run_ok(
+        Path::new("go"),
+        &[
+            "tool",
+            "pprof",
+            "-top",
+            "-cum",
+            "-nodecount=1000",
+            binary.to_str().unwrap(),
+            profile.to_str().unwrap(),
+        ],
+        &[("HOME", std::env::temp_dir().to_str().unwrap())],
+    );
+    cum_percentages(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// Asserts the 3:1 known answer (hot_a 75% ± 4, hot_b 25% ± 4 cumulative) in `table`.
+pub fn assert_three_to_one(reader: &str, table: &HashMap<String, f64>) {
+    let (a, b) = (share(table, "hot_a"), share(table, "hot_b"));
+    assert!(
+        (a - 75.0).abs() <= 4.0 && (b - 25.0).abs() <= 4.0,
+        "{reader}: hot_a {a}%, hot_b {b}% (want 75/25 ± 4): {table:?}"
+    );
+}
