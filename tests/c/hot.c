@@ -4,6 +4,7 @@
  *   hot SECONDS api PATH             the same inside ProfilerStart(PATH)/ProfilerStop()
  *   hot SECONDS twice PATH1 PATH2    two profiles in one process, one after the other
  *   hot SECONDS unwritable PATH      ProfilerStart(PATH) must fail; the program carries on
+ *   hot SECONDS sleep SLEEP          then sleep SLEEP seconds (resuming after EINTR)
  *
  * Prints "checksum N" so callers can see it ran to the end, and "cpu SECONDS", the process CPU
  * time used, to compare with the profile's sample total. */
@@ -65,8 +66,13 @@ int main(int argc, char **argv) {
     work(seconds);
   } else
 #endif
-  {
-    (void)mode;
+  if (!strcmp(mode, "sleep") && argc > 3) {
+    work(seconds);
+    double s = atof(argv[3]);
+    struct timespec left = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
+    while (nanosleep(&left, &left) != 0) {
+    }
+  } else {
     work(seconds);
   }
   printf("checksum %lu\ncpu %.4f\n", sink != 0, cpu_seconds());

@@ -1,0 +1,190 @@
+//! The profiler.h API of libcpuprof.so beyond start/stop, its exported symbols, and the
+//! environment variables that change how a preloaded program is profiled.
+
+mod support;
+
+use cpuprof::format::Profile;
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+use support::*;
+
+const FP_FLAGS: &[&str] = &["-O2", "-fno-omit-frame-pointer"];
+
+/// "key value" lines printed by capi.c.
+fn values(out: &std::process::Output) -> HashMap<String, String> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once(' ').map(|(k, v)| (k.to_string(), v.to_string())))
+        .collect()
+}
+
+fn read_profile(path: &Path) -> Profile {
+    Profile::parse(&std::fs::read(path).unwrap()).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn exports_exactly_the_profiler_h_functions() {
+    let out = run_ok(Path::new("nm"), &["-D", "--defined-only", lib().to_str().unwrap()], &[]);
+    let mut exported: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2).map(str::to_string))
+        .collect();
+    exported.sort();
+    let mut expected = vec![
+        "ProfilerDisable",
+        "ProfilerEnable",
+        "ProfilerFlush",
+        "ProfilerGetCurrentState",
+        "ProfilerGetStackTrace",
+        "ProfilerRegisterThread",
+        "ProfilerStart",
+        "ProfilerStartWithOptions",
+        "ProfilerStop",
+        "ProfilingIsEnabledForAllThreads",
+    ];
+    expected.sort();
+    assert_eq!(exported, expected);
+}
+
+#[test]
+fn filter_in_thread_drops_the_excluded_threads_samples() {
+    let dir = scratch_dir("filter");
+    let prog = compile_c(&dir, "capi.c", "capi", FP_FLAGS, true);
+    let profile = dir.join("filter.prof");
+    run_ok(&prog, &["filter", profile.to_str().unwrap()], &[]);
+    let top = cpuprof_top(&profile);
+    assert!(share(&top, "allowed_work") > 90.0, "{top:?}");
+    assert_eq!(share(&top, "excluded_work"), 0.0, "{top:?}");
+}
+
+#[test]
+fn current_state_and_flush() {
+    let dir = scratch_dir("state");
+    let prog = compile_c(&dir, "capi.c", "capi", FP_FLAGS, true);
+    let profile = dir.join("state.prof");
+    let v = values(&run_ok(&prog, &["state", profile.to_str().unwrap()], &[]));
+    assert_eq!(v["before_enabled"], "0");
+    assert_eq!(v["during_enabled"], "1");
+    assert_eq!(v["during_name"], profile.to_str().unwrap());
+    assert!(v["during_samples"].parse::<i32>().unwrap() >= 20, "{v:?}");
+    assert!((0..=5).contains(&v["during_age"].parse::<i64>().unwrap()), "{v:?}");
+    assert_eq!(v["after_enabled"], "0");
+    assert_eq!(v["after_samples"], "0");
+
+    // What ProfilerFlush wrote: every sample so far, without the trailer.
+    let flushed = std::fs::read(dir.join("state.prof.flushed")).unwrap();
+    let (partial, defect) = Profile::parse_lenient(&flushed).unwrap();
+    assert!(defect.is_some(), "a flushed file has no trailer yet");
+    let complete = read_profile(&profile);
+    assert!(partial.total_samples() >= 20 && partial.total_samples() <= complete.total_samples());
+}
+
+#[test]
+fn an_application_owned_sigprof_is_left_alone() {
+    let dir = scratch_dir("ownsig");
+    let prog = compile_c(&dir, "capi.c", "capi", FP_FLAGS, true);
+    let profile = dir.join("ownsig.prof");
+    let out = run_ok(&prog, &["ownsig", profile.to_str().unwrap()], &[]);
+    let v = values(&out);
+    assert_eq!(v["start"], "0");
+    assert_eq!(v["own_handler_calls"], "1");
+    assert_eq!(v["handler_kept"], "1");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("SIGPROF") && stderr.contains("already has a handler"),
+        "{stderr}"
+    );
+    assert!(!profile.exists(), "no file is created when profiling cannot start");
+}
+
+#[test]
+fn get_stack_trace_returns_the_callers() {
+    let dir = scratch_dir("stack");
+    let prog = compile_c(&dir, "capi.c", "capi", &["-O1", "-fno-omit-frame-pointer"], true);
+    let v = values(&run_ok(&prog, &["stack"], &[]));
+    assert!(v["depth"].parse::<i32>().unwrap() >= 4, "{v:?}");
+    for i in 0..3 {
+        let offset: i64 = v[&format!("frame{i}_offset")].parse().unwrap();
+        assert!((1..256).contains(&offset), "frame {i} is not inside f{}: {v:?}", 3 - i);
+    }
+}
+
+#[test]
+fn profiling_signal_toggles_numbered_profiles() {
+    let dir = scratch_dir("toggle");
+    let hot = compile_c(&dir, "hot.c", "hot", FP_FLAGS, false);
+    let base = dir.join("toggle.prof");
+    let mut child = Command::new(&hot)
+        .arg("4")
+        .env("LD_PRELOAD", lib())
+        .env("CPUPROFILE", &base)
+        .env("CPUPROFILESIGNAL", libc::SIGUSR2.to_string())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    for wait_ms in [500, 1200, 300, 1200] {
+        std::thread::sleep(Duration::from_millis(wait_ms));
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGUSR2) }, 0);
+    }
+    assert!(
+        child.wait().unwrap().success(),
+        "the toggle signal must not kill the program"
+    );
+    assert!(
+        !base.exists(),
+        "with CPUPROFILESIGNAL nothing is profiled until the signal"
+    );
+    for n in 0..2 {
+        let p = read_profile(&dir.join(format!("toggle.prof.{n}")));
+        assert!(p.total_samples() >= 50, "profile .{n}: {} samples", p.total_samples());
+    }
+    assert!(!dir.join("toggle.prof.2").exists());
+}
+
+#[test]
+fn realtime_samples_wall_clock_time() {
+    let dir = scratch_dir("realtime");
+    let hot = compile_c(&dir, "hot.c", "hot", FP_FLAGS, false);
+    let (cpu_prof, real_prof) = (dir.join("cpu.prof"), dir.join("real.prof"));
+    // 0.5 s of CPU, then 1.5 s asleep.
+    run_preloaded(&hot, &["0.5", "sleep", "1.5"], &cpu_prof, &[]);
+    run_preloaded(
+        &hot,
+        &["0.5", "sleep", "1.5"],
+        &real_prof,
+        &[("CPUPROFILE_REALTIME", "1")],
+    );
+    let seconds = |p: &Path| {
+        let p = read_profile(p);
+        p.total_samples() as f64 * p.period_us as f64 / 1e6
+    };
+    let (cpu, real) = (seconds(&cpu_prof), seconds(&real_prof));
+    assert!((cpu - 0.5).abs() < 0.15, "CPU-time profile covers {cpu:.2} s");
+    assert!((real - 2.0).abs() < 0.3, "wall-clock profile covers {real:.2} s");
+}
+
+#[test]
+fn use_pid_names_the_file_after_the_process() {
+    let dir = scratch_dir("usepid");
+    let hot = compile_c(&dir, "hot.c", "hot", FP_FLAGS, false);
+    let base = dir.join("pid.prof");
+    let child = Command::new(&hot)
+        .arg("0.2")
+        .env("LD_PRELOAD", lib())
+        .env("CPUPROFILE", &base)
+        .env("CPUPROFILE_USE_PID", "1")
+        .output()
+        .unwrap();
+    assert!(child.status.success());
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    let with_pid: Vec<_> = files.iter().filter(|f| f.starts_with("pid.prof_")).collect();
+    assert_eq!(with_pid.len(), 1, "{files:?}");
+    assert!(with_pid[0]["pid.prof_".len()..].parse::<u32>().is_ok());
+    assert!(!base.exists());
+}
