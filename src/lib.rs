@@ -8,6 +8,7 @@
 //! * [`session`]: start, flush, stop, the writer thread, options and environment variables;
 //! * front ends: [`Profiler`] here, the C ABI in `cdylib/`, the `cpuprof` CLI in `cli/`.
 
+mod claim_pool;
 pub mod error;
 pub mod format;
 mod profiler;
@@ -18,4 +19,5 @@ pub mod unwind;
 
 pub use error::Error;
 pub use profiler::{Profiler, ProfilerBuilder, ProfilerGuard};
+pub use sampler::UnwinderChoice;
 pub use session::Report;

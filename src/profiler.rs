@@ -7,7 +7,7 @@
 //! ```
 
 use crate::error::Error;
-use crate::sampler::Clock;
+use crate::sampler::{Clock, UnwinderChoice};
 use crate::session::options::clamp_depth;
 use crate::session::{global, Options, Report};
 use std::path::Path;
@@ -44,6 +44,13 @@ impl ProfilerBuilder {
     /// Longest call chain recorded, PC included (1 to 4096).
     pub fn max_depth(mut self, depth: usize) -> Self {
         self.options.table.max_depth = clamp_depth(depth);
+        self
+    }
+
+    /// Stack walker: [`UnwinderChoice::Auto`] (DWARF CFI, frame pointers where there is none;
+    /// the default) or [`UnwinderChoice::FramePointer`].
+    pub fn unwinder(mut self, unwinder: UnwinderChoice) -> Self {
+        self.options.unwinder = unwinder;
         self
     }
 

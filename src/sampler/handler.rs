@@ -6,9 +6,10 @@
 //! no handler can still be using it before the session frees it.
 
 use super::context::interrupted_registers;
-use super::scratch::ScratchPool;
+use super::walk_stack::Workspace;
+use crate::claim_pool::ClaimPool;
 use crate::table::{CallChainTable, TableConfig};
-use crate::unwind::{self, thread_pointer, THREAD_STACKS};
+use crate::unwind::{self, thread_pointer, DwarfUnwinder, THREAD_STACKS};
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -26,19 +27,32 @@ pub struct ThreadFilter {
 unsafe impl Send for ThreadFilter {}
 unsafe impl Sync for ThreadFilter {}
 
+/// Which stack walker the handler uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnwinderChoice {
+    /// DWARF CFI where the code has it, frame pointers where it has none (the default).
+    Auto,
+    /// Frame pointers only: cheapest, but wrong for code built without them.
+    FramePointer,
+}
+
 /// What the handler needs while a profile is being taken.
 pub struct SamplerState {
     pub table: CallChainTable,
-    scratch: ScratchPool,
+    /// Frame buffers and walk stacks, so the handler's own stack use is small and fixed
+    /// (handlers may run on small alternate signal stacks).
+    workspaces: ClaimPool<Workspace>,
     filter: Option<ThreadFilter>,
+    unwinder: UnwinderChoice,
     /// Signals that produced a sample attempt (after the filter).
     pub interrupts: AtomicU64,
 }
 
 impl SamplerState {
-    pub fn new(table: TableConfig, filter: Option<ThreadFilter>) -> Self {
+    pub fn new(table: TableConfig, filter: Option<ThreadFilter>, unwinder: UnwinderChoice) -> Self {
         SamplerState {
-            scratch: ScratchPool::new(table.max_depth.max(1)),
+            unwinder,
+            workspaces: ClaimPool::new(concurrent_handlers(), || Workspace::new(table.max_depth)),
             table: CallChainTable::new(table),
             filter,
             interrupts: AtomicU64::new(0),
@@ -56,7 +70,7 @@ impl SamplerState {
             }
         }
         self.interrupts.fetch_add(1, Ordering::Relaxed);
-        let Some(mut scratch) = self.scratch.claim() else {
+        let Some(mut workspace) = self.workspaces.claim() else {
             self.table.stats.samples.fetch_add(weight, Ordering::Relaxed);
             self.table.stats.lost.fetch_add(weight, Ordering::Relaxed);
             return;
@@ -67,14 +81,68 @@ impl SamplerState {
         if top.is_none() {
             THREAD_STACKS.request(tp, regs.sp);
         }
-        let buf = scratch.buffer();
-        let n = unwind::walk(regs, top, buf);
-        self.table.record(&buf[..n], weight);
+        let dwarf = match self.unwinder {
+            UnwinderChoice::Auto => DWARF.load(Ordering::SeqCst),
+            UnwinderChoice::FramePointer => std::ptr::null_mut(),
+        };
+        let n = workspace.run(|frames| {
+            // SAFETY: a published unwinder stays alive while IN_FLIGHT is non-zero (`set_dwarf`).
+            match unsafe { dwarf.as_ref() }.and_then(|d| d.walk(regs, top, frames)) {
+                Some(n) => n,
+                None => unwind::walk(regs, top, frames),
+            }
+        });
+        self.table.record(&workspace.frames[..n], weight);
     }
 }
 
+/// How many handlers can sample at once: one per CPU, with headroom, at most 64.
+fn concurrent_handlers() -> usize {
+    std::thread::available_parallelism().map_or(16, |n| (2 * n.get()).clamp(16, 64))
+}
+
 static CURRENT: AtomicPtr<SamplerState> = AtomicPtr::new(std::ptr::null_mut());
+static DWARF: AtomicPtr<DwarfUnwinder> = AtomicPtr::new(std::ptr::null_mut());
 static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+/// How long to wait for handlers to leave before giving up on freeing what they might use.
+const QUIESCE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Waits until no handler is running. Any handler that loaded a pointer before it was
+/// swapped out had incremented IN_FLIGHT first (SeqCst), so afterwards none can still hold it.
+fn wait_for_handlers() -> bool {
+    let deadline = Instant::now() + QUIESCE_TIMEOUT;
+    while IN_FLIGHT.load(Ordering::SeqCst) != 0 {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::yield_now();
+    }
+    true
+}
+
+/// Makes `unwinder` the DWARF unwinder handlers use (None: frame pointers only) and frees
+/// the previous one once no handler can be using it. If a handler seems stuck, the old
+/// snapshot is leaked rather than freed under it.
+pub fn set_dwarf(unwinder: Option<Box<DwarfUnwinder>>) {
+    let new = unwinder.map_or(std::ptr::null_mut(), Box::into_raw);
+    let old = DWARF.swap(new, Ordering::SeqCst);
+    if !old.is_null() && wait_for_handlers() {
+        // SAFETY: `old` came from Box::into_raw and no handler can hold it any more.
+        drop(unsafe { Box::from_raw(old) });
+    }
+}
+
+/// Replaces the DWARF unwinder if objects were loaded or unloaded since it was built.
+/// Returns true when it did. Not for signal context.
+pub fn refresh_dwarf() -> bool {
+    // SAFETY: only the control plane swaps DWARF, and callers of this function are the control
+    // plane, so the snapshot cannot be freed while we look at it.
+    let stale = unsafe { DWARF.load(Ordering::SeqCst).as_ref() }.is_some_and(DwarfUnwinder::is_stale);
+    if stale {
+        set_dwarf(Some(Box::new(DwarfUnwinder::build())));
+    }
+    stale
+}
 
 /// Makes `state` the target of every profiling signal from now on.
 pub fn publish(state: Arc<SamplerState>) {
@@ -87,18 +155,10 @@ pub fn publish(state: Arc<SamplerState>) {
 /// leaked rather than freed under it, and `None` is returned.
 pub fn unpublish() -> Option<Arc<SamplerState>> {
     let ptr = CURRENT.swap(std::ptr::null_mut(), Ordering::SeqCst);
-    if ptr.is_null() {
+    if ptr.is_null() || !wait_for_handlers() {
         return None;
     }
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while IN_FLIGHT.load(Ordering::SeqCst) != 0 {
-        if Instant::now() > deadline {
-            return None;
-        }
-        std::thread::yield_now();
-    }
-    // SAFETY: `ptr` came from Arc::into_raw in `publish`, and no handler holds it any more:
-    // any handler that loaded it incremented IN_FLIGHT first (SeqCst) and has decremented it.
+    // SAFETY: `ptr` came from Arc::into_raw in `publish`, and no handler holds it any more.
     Some(unsafe { Arc::from_raw(ptr) })
 }
 

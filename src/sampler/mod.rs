@@ -2,11 +2,13 @@
 
 mod context;
 pub mod handler;
-mod scratch;
 pub mod signals;
 pub mod timer;
+mod walk_stack;
 
 pub use context::interrupted_registers;
-pub use handler::{on_profiling_signal, publish, unpublish, SamplerState, ThreadFilter};
+pub use handler::{
+    on_profiling_signal, publish, refresh_dwarf, set_dwarf, unpublish, SamplerState, ThreadFilter, UnwinderChoice,
+};
 pub use signals::SignalError;
 pub use timer::Clock;

@@ -79,7 +79,10 @@ impl Session {
             path: path.to_path_buf(),
             source,
         })?;
-        let state = Arc::new(SamplerState::new(options.table, options.filter));
+        let state = Arc::new(SamplerState::new(options.table, options.filter, options.unwinder));
+        if options.unwinder == sampler::UnwinderChoice::Auto {
+            sampler::set_dwarf(Some(Box::new(crate::unwind::DwarfUnwinder::build())));
+        }
         let control = Arc::new(WriterControl::default());
         let writer_thread = {
             let (state, control) = (state.clone(), control.clone());
@@ -147,6 +150,7 @@ impl Session {
         // handler was stuck, the state stays leaked and we still write what we can see.
         out.write_pending(&self.state, true);
         drop(unpublished);
+        sampler::set_dwarf(None);
         let stats = &self.state.table.stats;
         let (interrupts, evictions, lost) = (
             self.state.interrupts.load(Ordering::Relaxed),

@@ -1,6 +1,6 @@
 //! Profiling options, and how the gperftools environment variables map onto them.
 
-use crate::sampler::{Clock, ThreadFilter};
+use crate::sampler::{Clock, ThreadFilter, UnwinderChoice};
 use crate::table::TableConfig;
 
 /// Default sampling frequency, as in gperftools.
@@ -20,6 +20,7 @@ pub struct Options {
     pub clock: Clock,
     pub table: TableConfig,
     pub filter: Option<ThreadFilter>,
+    pub unwinder: UnwinderChoice,
     /// Print the `PROFILE: ...` summary line on stderr at stop.
     pub report_on_stderr: bool,
 }
@@ -34,13 +35,15 @@ impl Default for Options {
                 ..TableConfig::default()
             },
             filter: None,
+            unwinder: UnwinderChoice::Auto,
             report_on_stderr: true,
         }
     }
 }
 
 impl Options {
-    /// Options from `CPUPROFILE_FREQUENCY` and `CPUPROFILE_REALTIME`, read through `var`.
+    /// Options from `CPUPROFILE_FREQUENCY`, `CPUPROFILE_REALTIME` and `CPUPROFILE_UNWINDER`,
+    /// read through `var`. Unknown unwinder names are reported and give the default.
     pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Options {
         let mut o = Options::default();
         if let Some(hz) = var("CPUPROFILE_FREQUENCY") {
@@ -48,6 +51,12 @@ impl Options {
         }
         if var("CPUPROFILE_REALTIME").is_some() {
             o.clock = Clock::Real;
+        }
+        if let Some(name) = var("CPUPROFILE_UNWINDER") {
+            match parse_unwinder(&name) {
+                Some(u) => o.unwinder = u,
+                None => eprintln!("cpuprof: CPUPROFILE_UNWINDER={name:?} is not auto, fp or dwarf; using auto"),
+            }
         }
         o
     }
@@ -63,6 +72,16 @@ pub fn parse_frequency(text: &str) -> u32 {
     match text.trim().parse::<u64>() {
         Ok(hz) if hz > 0 => hz.min(MAX_FREQUENCY as u64) as u32,
         _ => DEFAULT_FREQUENCY,
+    }
+}
+
+/// `auto` and `dwarf` both walk DWARF CFI, following frame pointers only through code that
+/// has no CFI (stopping there would just lose the frames); `fp` walks frame pointers only.
+pub fn parse_unwinder(name: &str) -> Option<UnwinderChoice> {
+    match name.trim().to_ascii_lowercase().as_str() {
+        "auto" | "dwarf" | "" => Some(UnwinderChoice::Auto),
+        "fp" => Some(UnwinderChoice::FramePointer),
+        _ => None,
     }
 }
 
@@ -90,6 +109,15 @@ mod tests {
         }
         let o = Options::from_env(env(&[("CPUPROFILE_FREQUENCY", "1000")]));
         assert_eq!((o.frequency, o.period_us(), o.clock), (1000, 1000, Clock::ProcessCpu));
+    }
+
+    #[test]
+    fn unwinder_names() {
+        assert_eq!(Options::default().unwinder, UnwinderChoice::Auto);
+        let o = Options::from_env(env(&[("CPUPROFILE_UNWINDER", "fp")]));
+        assert_eq!(o.unwinder, UnwinderChoice::FramePointer);
+        assert_eq!(parse_unwinder("DWARF"), Some(UnwinderChoice::Auto));
+        assert_eq!(parse_unwinder("libunwind"), None);
     }
 
     #[test]

@@ -1,12 +1,13 @@
 //! The writer thread: moves samples from the table to the file while profiling runs.
 //!
-//! Every tick it resolves stack-range requests from the handlers and drains evicted records.
+//! Every tick it resolves stack-range requests from the handlers, replaces the DWARF unwinder
+//! if libraries were loaded or unloaded, and drains evicted records.
 //! It also harvests the counts held in the table, first after one second and then at doubling
 //! intervals up to 30 s, so that a process killed without warning leaves a readable file with
 //! recent samples, while a long-running server does not grow its file with every tick.
 
 use super::OutputFile;
-use crate::sampler::{signals, SamplerState};
+use crate::sampler::{self, signals, SamplerState};
 use crate::unwind::THREAD_STACKS;
 use parking_lot::{Condvar, Mutex};
 use std::io;
@@ -71,6 +72,7 @@ pub fn run(
             return out;
         }
         THREAD_STACKS.resolve_requests();
+        sampler::refresh_dwarf();
         let due = Instant::now() >= next_harvest;
         if due {
             harvest_interval = (harvest_interval * 2).min(MAX_HARVEST_INTERVAL);

@@ -6,7 +6,7 @@
 //! and inside memory known to be mapped, either the range the thread registry vouches for or
 //! pages just verified by a readability probe.
 
-use super::probe::ProbedPages;
+use super::stack_reader::StackReader;
 
 /// Registers a walk starts from.
 #[derive(Clone, Copy, Debug)]
@@ -28,35 +28,22 @@ pub fn walk(regs: Registers, vouched_top: Option<u64>, out: &mut [u64]) -> usize
     }
     out[0] = regs.pc;
     let mut n = 1;
-    let mut probed = ProbedPages::default();
-    let vouched_top = vouched_top.unwrap_or(0);
+    let mut stack = StackReader::new(regs.sp, vouched_top);
     let mut fp = regs.fp;
     let mut floor = regs.sp;
     while n < out.len() {
-        if fp % 8 != 0 || fp < floor || fp - floor > MAX_FRAME_SPAN {
+        if fp < floor || fp - floor > MAX_FRAME_SPAN {
             break;
         }
-        let end = match fp.checked_add(16) {
-            Some(end) => end,
-            None => break,
-        };
-        let vouched = fp >= regs.sp && end <= vouched_top;
-        if !vouched && !probed.check(fp, 16) {
+        let (Some(next), Some(ret)) = (stack.read(fp), fp.checked_add(8).and_then(|a| stack.read(a))) else {
             break;
-        }
-        // SAFETY: [fp, fp + 16) is inside the vouched stack range or was just probed readable.
-        let (next, ret) = unsafe {
-            (
-                std::ptr::read_volatile(fp as *const u64),
-                std::ptr::read_volatile((fp + 8) as *const u64),
-            )
         };
         if ret < 4096 {
             break;
         }
         out[n] = ret;
         n += 1;
-        floor = end;
+        floor = fp + 16;
         fp = next;
     }
     n

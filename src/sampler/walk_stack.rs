@@ -1,0 +1,91 @@
+//! Running the stack walk on a stack of our own.
+//!
+//! The handler runs on whatever stack the interrupted thread has, possibly a small
+//! alternate signal stack (Rust installs 8 KiB ones) or a thread stack near exhaustion. A
+//! DWARF walk needs ~17 KiB of stack in release builds (gimli's evaluation storage), so the
+//! walk runs on a preallocated stack claimed with the sample's workspace; the handler itself
+//! then needs only the kernel's signal frame and a few hundred bytes.
+
+use std::ffi::c_void;
+
+/// Stack given to each walk.
+pub const WALK_STACK_BYTES: usize = 64 * 1024;
+
+/// Memory for one walk: the frames it produces and the stack it runs on.
+pub struct Workspace {
+    pub frames: Box<[u64]>,
+    stack: Box<[u64]>,
+}
+
+impl Workspace {
+    pub fn new(max_depth: usize) -> Self {
+        Workspace {
+            frames: vec![0; max_depth.max(1)].into_boxed_slice(),
+            stack: vec![0; WALK_STACK_BYTES / 8].into_boxed_slice(),
+        }
+    }
+
+    /// Runs `f(frames)` on this workspace's stack and returns its result.
+    /// Async-signal-safe; `f` must not unwind (panics abort at the `extern "C"` boundary).
+    pub fn run<F: FnMut(&mut [u64]) -> usize>(&mut self, mut f: F) -> usize {
+        struct Call<'a, F> {
+            f: &'a mut F,
+            frames: &'a mut [u64],
+            result: usize,
+        }
+        extern "C" fn trampoline<F: FnMut(&mut [u64]) -> usize>(call: *mut c_void) {
+            // SAFETY: `call` is the `Call` passed below, alive for the duration of the call.
+            let call = unsafe { &mut *(call as *mut Call<'_, F>) };
+            call.result = (call.f)(call.frames);
+        }
+        let top = (self.stack.as_mut_ptr() as usize + self.stack.len() * 8) & !15;
+        let mut call = Call {
+            f: &mut f,
+            frames: &mut self.frames,
+            result: 0,
+        };
+        // SAFETY: switches rsp to the top of our own 16-byte aligned stack, calls the C-ABI
+        // trampoline (rsp % 16 == 0 before `call`, as the ABI requires), and restores rsp from
+        // r12, which the callee preserves. The compiler saves r12 for us (declared clobbered).
+        unsafe {
+            std::arch::asm!(
+                "mov r12, rsp",
+                "mov rsp, {top}",
+                "call {f}",
+                "mov rsp, r12",
+                top = in(reg) top,
+                f = in(reg) trampoline::<F> as extern "C" fn(*mut c_void),
+                in("rdi") &mut call as *mut Call<'_, F> as *mut c_void,
+                out("r12") _,
+                clobber_abi("C"),
+            );
+        }
+        call.result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_on_its_own_stack_and_returns_the_result() {
+        let mut ws = Workspace::new(8);
+        let (lo, hi) = (
+            ws.stack.as_ptr() as usize,
+            ws.stack.as_ptr() as usize + WALK_STACK_BYTES,
+        );
+        let n = ws.run(|frames| {
+            let local = 0u8;
+            let here = &local as *const u8 as usize;
+            assert!(
+                lo <= here && here < hi,
+                "closure ran on {here:#x}, not on [{lo:#x}, {hi:#x})"
+            );
+            frames[0] = 42;
+            3
+        });
+        assert_eq!(n, 3);
+        assert_eq!(ws.frames[0], 42);
+    }
+}

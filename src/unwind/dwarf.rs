@@ -1,0 +1,251 @@
+//! DWARF CFI stack walking with `framehop`, for code built without frame pointers.
+//!
+//! A [`DwarfUnwinder`] is an immutable snapshot of the loaded objects (executable, shared
+//! libraries, vDSO) with its own copies of their `.eh_frame_hdr` and `.eh_frame`: a library
+//! unloaded with `dlclose` while a walk runs cannot take the tables away. It is built outside
+//! signal context ([`DwarfUnwinder::build`], which takes the loader lock through
+//! `dl_iterate_phdr`); the sampler publishes it and swaps in a new one when the set of loaded
+//! objects changes. Walks claim a preallocated framehop cache from the snapshot's pool, so
+//! nothing allocates or locks during a walk; every stack read goes through [`StackReader`].
+//! Where no CFI covers a PC (JIT code, stripped tables), framehop follows the frame pointer.
+
+use super::stack_reader::StackReader;
+use super::Registers;
+use crate::claim_pool::ClaimPool;
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use framehop::{ExplicitModuleSectionInfo, Module, MustNotAllocateDuringUnwind, Unwinder};
+use std::ffi::{c_int, c_void, CStr};
+
+type Policy = MustNotAllocateDuringUnwind;
+
+/// Unwinder caches per snapshot: more handlers at once than this walk without a cache.
+const CACHES: usize = 16;
+
+pub struct DwarfUnwinder {
+    unwinder: UnwinderX86_64<Vec<u8>, Policy>,
+    caches: ClaimPool<CacheX86_64<Policy>>,
+    /// `dl_iterate_phdr`'s load and unload counters when this snapshot was taken.
+    generation: (u64, u64),
+    modules: usize,
+    table_bytes: usize,
+}
+
+impl DwarfUnwinder {
+    /// Snapshots the unwind tables of every loaded object. Not for signal context.
+    pub fn build() -> DwarfUnwinder {
+        let mut unwinder = UnwinderX86_64::new();
+        let mut modules = 0;
+        let mut table_bytes = 0;
+        let generation = for_each_object(|object| {
+            if let Some(module) = object_module(object) {
+                modules += 1;
+                table_bytes += module.1;
+                unwinder.add_module(module.0);
+            }
+        });
+        DwarfUnwinder {
+            unwinder,
+            caches: ClaimPool::new(CACHES, CacheX86_64::new_in),
+            generation,
+            modules,
+            table_bytes,
+        }
+    }
+
+    /// Whether objects were loaded or unloaded since this snapshot was taken.
+    pub fn is_stale(&self) -> bool {
+        loaded_objects_generation() != self.generation
+    }
+
+    pub fn module_count(&self) -> usize {
+        self.modules
+    }
+
+    /// Bytes of unwind tables this snapshot owns.
+    pub fn table_bytes(&self) -> usize {
+        self.table_bytes
+    }
+
+    /// Walks the stack into `out` (PC first); `None` if all caches are in use, in which case
+    /// the caller walks frame pointers instead. Async-signal-safe.
+    pub fn walk(&self, regs: Registers, vouched_top: Option<u64>, out: &mut [u64]) -> Option<usize> {
+        if out.is_empty() || regs.pc == 0 {
+            return Some(0);
+        }
+        let mut cache = self.caches.claim()?;
+        let mut stack = StackReader::new(regs.sp, vouched_top);
+        let mut read = |addr: u64| stack.read(addr).ok_or(());
+        let start = UnwindRegsX86_64::new(regs.pc, regs.sp, regs.fp);
+        let mut frames = self.unwinder.iter_frames(regs.pc, start, &mut cache, &mut read);
+        let mut n = 0;
+        while n < out.len() {
+            match frames.next() {
+                Ok(Some(frame)) if frame.address() >= 4096 => {
+                    out[n] = frame.address();
+                    n += 1;
+                }
+                _ => break,
+            }
+        }
+        Some(n)
+    }
+}
+
+/// `dl_iterate_phdr`'s (loads, unloads) counters. Not for signal context.
+pub fn loaded_objects_generation() -> (u64, u64) {
+    let mut generation = (0, 0);
+    unsafe extern "C" fn first(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
+        let info = &*info;
+        *(data as *mut (u64, u64)) = (info.dlpi_adds, info.dlpi_subs);
+        1
+    }
+    // SAFETY: the callback only reads the info glibc passes and writes our local.
+    unsafe { libc::dl_iterate_phdr(Some(first), &mut generation as *mut _ as *mut c_void) };
+    generation
+}
+
+/// Calls `f` for every loaded object; returns the (loads, unloads) counters.
+fn for_each_object(mut f: impl FnMut(&libc::dl_phdr_info)) -> (u64, u64) {
+    struct State<'a> {
+        f: &'a mut dyn FnMut(&libc::dl_phdr_info),
+        generation: (u64, u64),
+    }
+    unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
+        let state = &mut *(data as *mut State);
+        let info = &*info;
+        state.generation = (info.dlpi_adds, info.dlpi_subs);
+        (state.f)(info);
+        0
+    }
+    let mut state = State {
+        f: &mut f,
+        generation: (0, 0),
+    };
+    // SAFETY: the callback gets our State back through `data`; glibc holds the loader lock
+    // while it runs, so the objects' memory stays mapped while we copy from it.
+    unsafe { libc::dl_iterate_phdr(Some(each), &mut state as *mut State as *mut c_void) };
+    state.generation
+}
+
+/// A framehop module for one loaded object, with copies of its unwind tables, and their size.
+fn object_module(object: &libc::dl_phdr_info) -> Option<(Module<Vec<u8>>, usize)> {
+    // SAFETY: glibc passes dlpi_phnum program headers at dlpi_phdr.
+    let headers = unsafe { std::slice::from_raw_parts(object.dlpi_phdr, object.dlpi_phnum as usize) };
+    let bias = object.dlpi_addr;
+    let hdr = headers.iter().find(|h| h.p_type == libc::PT_GNU_EH_FRAME)?;
+    let code = headers
+        .iter()
+        .filter(|h| h.p_type == libc::PT_LOAD && h.p_flags & libc::PF_X != 0);
+    let text_start = code.clone().map(|h| h.p_vaddr).min()?;
+    let text_end = code.map(|h| h.p_vaddr + h.p_memsz).max()?;
+
+    let hdr_svma = hdr.p_vaddr..hdr.p_vaddr + hdr.p_memsz;
+    let eh_frame_hdr = copy_memory(bias + hdr.p_vaddr, hdr.p_memsz);
+    let eh_frame_svma_start = eh_frame_address(&eh_frame_hdr, hdr.p_vaddr)?;
+    // The header does not give .eh_frame's length: take the rest of the segment holding it.
+    let segment = headers.iter().find(|h| {
+        h.p_type == libc::PT_LOAD && h.p_vaddr <= eh_frame_svma_start && eh_frame_svma_start < h.p_vaddr + h.p_filesz
+    })?;
+    let eh_frame_len = segment.p_vaddr + segment.p_filesz - eh_frame_svma_start;
+    let eh_frame = copy_memory(bias + eh_frame_svma_start, eh_frame_len);
+
+    // SAFETY: dlpi_name is a NUL-terminated string (empty for the main program).
+    let name = unsafe { CStr::from_ptr(object.dlpi_name) }
+        .to_string_lossy()
+        .into_owned();
+    let bytes = eh_frame_hdr.len() + eh_frame.len();
+    let info = ExplicitModuleSectionInfo {
+        base_svma: 0,
+        text_svma: Some(text_start..text_end),
+        eh_frame_hdr_svma: Some(hdr_svma),
+        eh_frame_hdr: Some(eh_frame_hdr),
+        eh_frame_svma: Some(eh_frame_svma_start..eh_frame_svma_start + eh_frame_len),
+        eh_frame: Some(eh_frame),
+        ..Default::default()
+    };
+    Some((Module::new(name, bias + text_start..bias + text_end, bias, info), bytes))
+}
+
+/// The stated address of `.eh_frame` from `.eh_frame_hdr` (at stated address `hdr_svma`).
+fn eh_frame_address(hdr: &[u8], hdr_svma: u64) -> Option<u64> {
+    const PCREL_SDATA4: u8 = 0x1b;
+    const UDATA4: u8 = 0x03;
+    const UDATA8: u8 = 0x04;
+    const ABSPTR: u8 = 0x00;
+    if hdr.first() != Some(&1) {
+        return None;
+    }
+    let field = hdr.get(4..)?;
+    match *hdr.get(1)? {
+        PCREL_SDATA4 => Some(
+            hdr_svma
+                .wrapping_add(4)
+                .wrapping_add_signed(i32::from_le_bytes(field.get(..4)?.try_into().ok()?) as i64),
+        ),
+        UDATA4 => Some(u32::from_le_bytes(field.get(..4)?.try_into().ok()?) as u64),
+        UDATA8 | ABSPTR => Some(u64::from_le_bytes(field.get(..8)?.try_into().ok()?)),
+        _ => None,
+    }
+}
+
+fn copy_memory(addr: u64, len: u64) -> Vec<u8> {
+    // SAFETY: callers pass ranges inside segments of a loaded object, mapped while the loader
+    // lock is held.
+    unsafe { std::slice::from_raw_parts(addr as *const u8, len as usize) }.to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshot_covers_the_executable_and_libc() {
+        let unwinder = DwarfUnwinder::build();
+        assert!(unwinder.module_count() >= 3, "{} modules", unwinder.module_count());
+        assert!(unwinder.table_bytes() > 10_000);
+        assert!(!unwinder.is_stale());
+    }
+
+    #[inline(never)]
+    fn here() -> Registers {
+        let (pc, sp, fp): (u64, u64, u64);
+        // SAFETY: reads registers.
+        unsafe {
+            std::arch::asm!("lea {}, [rip]", "mov {}, rsp", "mov {}, rbp", out(reg) pc, out(reg) sp, out(reg) fp);
+        }
+        Registers { pc, sp, fp }
+    }
+
+    #[inline(never)]
+    fn walk_from_here(unwinder: &DwarfUnwinder, out: &mut [u64]) -> usize {
+        let regs = here();
+        std::hint::black_box(unwinder.walk(regs, None, out).unwrap())
+    }
+
+    #[test]
+    fn walks_through_std_to_the_thread_entry() {
+        let unwinder = DwarfUnwinder::build();
+        let mut out = [0u64; 128];
+        let n = walk_from_here(&unwinder, &mut out);
+        // The test harness runs us on a std thread: the walk must get through Rust's std (no
+        // frame pointers) down to libc's thread start.
+        assert!(n >= 8, "only {n} frames");
+        let fp_n = crate::unwind::walk(here(), None, &mut out);
+        assert!(
+            n >= fp_n,
+            "DWARF walk ({n}) should not be shorter than the frame-pointer walk ({fp_n})"
+        );
+    }
+
+    #[test]
+    fn eh_frame_pointer_encodings() {
+        let hdr = [1, 0x1b, 0x03, 0x3b, 0xfc, 0xff, 0xff, 0xff];
+        assert_eq!(eh_frame_address(&hdr, 0x1000), Some(0x1000));
+        assert_eq!(
+            eh_frame_address(&[1, 0x03, 0, 0, 0x78, 0x56, 0x34, 0x12], 0),
+            Some(0x12345678)
+        );
+        assert_eq!(eh_frame_address(&[2, 0x1b, 0, 0, 0, 0, 0, 0], 0), None);
+        assert_eq!(eh_frame_address(&[1, 0x1b], 0), None);
+    }
+}
