@@ -4,13 +4,29 @@
 
 use addr2line::Loader;
 use cpuprof::format::Maps;
-use object::{Object, ObjectSegment};
+use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 use std::collections::HashMap;
 
-/// One binary's symbol source and its loadable segments (file offset, size, virtual address).
+/// One binary's symbol sources and its loadable segments (file offset, size, virtual address).
 struct Binary {
     loader: Loader,
     segments: Vec<(u64, u64, u64)>,
+    /// Function symbols (start, size, name) from .symtab and .dynsym, sorted by start.
+    functions: Vec<(u64, u64, String)>,
+}
+
+impl Binary {
+    /// The function symbol whose extent holds `svma`. Unlike nearest-preceding lookup, an
+    /// address in a function the table does not list (a static function in a stripped
+    /// library) stays unknown instead of being charged to its neighbour.
+    fn function_at(&self, svma: u64) -> Option<&str> {
+        let i = self
+            .functions
+            .partition_point(|&(start, _, _)| start <= svma)
+            .checked_sub(1)?;
+        let (start, size, name) = &self.functions[i];
+        (svma < start + size.max(&1)).then_some(name.as_str())
+    }
 }
 
 #[derive(Default)]
@@ -45,12 +61,10 @@ impl Symbolizer {
             }
         }
         if names.is_empty() {
-            if let Some(sym) = binary.loader.find_symbol(svma) {
-                names.push(addr2line::demangle_auto(sym.into(), None).into_owned());
+            match binary.function_at(svma) {
+                Some(sym) => names.push(addr2line::demangle_auto(sym.into(), None).into_owned()),
+                None => names.push(format!("{}+{:#x}", file_name(&map.path), file_offset)),
             }
-        }
-        if names.is_empty() {
-            return unknown();
         }
         names
     }
@@ -76,6 +90,22 @@ fn load(path: &str) -> Option<Binary> {
             (off, size, s.address())
         })
         .collect();
+    let mut functions: Vec<(u64, u64, String)> = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
+        .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
+        .collect();
+    functions.sort();
+    functions.dedup_by_key(|f| f.0);
     let loader = Loader::new(path).ok()?;
-    Some(Binary { loader, segments })
+    Some(Binary {
+        loader,
+        segments,
+        functions,
+    })
+}
+
+fn file_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
 }

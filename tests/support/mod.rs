@@ -121,13 +121,18 @@ pub fn reported_cpu_seconds(out: &Output) -> f64 {
 /// Cumulative percentage per function from a pprof-style table whose 5th column is cum%
 /// and whose function name starts at the 6th (cpuprof top, google-pprof --text, go tool pprof -top).
 fn cum_percentages(table: &str) -> HashMap<String, f64> {
+    percentages(table, 4)
+}
+
+/// Percentages from column `col` of a `flat flat% sum% cum cum% name` table.
+fn percentages(table: &str, col: usize) -> HashMap<String, f64> {
     let mut out = HashMap::new();
     for line in table.lines() {
         let cols: Vec<&str> = line.split_whitespace().collect();
-        if cols.len() < 6 || !cols[4].ends_with('%') {
+        if cols.len() < 6 || !cols[col].ends_with('%') {
             continue;
         }
-        if let Ok(p) = cols[4].trim_end_matches('%').parse::<f64>() {
+        if let Ok(p) = cols[col].trim_end_matches('%').parse::<f64>() {
             let name = cols[5..].join(" ");
             out.entry(name).or_insert(p);
         }
@@ -148,6 +153,12 @@ pub fn share(table: &HashMap<String, f64>, function: &str) -> f64 {
 pub fn cpuprof_top(profile: &Path) -> HashMap<String, f64> {
     let out = run_ok(cli(), &["top", "--cum", "-n", "1000", profile.to_str().unwrap()], &[]);
     cum_percentages(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// Flat percentage per function from `cpuprof top`.
+pub fn flat_percentages(profile: &Path) -> HashMap<String, f64> {
+    let out = run_ok(cli(), &["top", "-n", "1000", profile.to_str().unwrap()], &[]);
+    percentages(&String::from_utf8_lossy(&out.stdout), 1)
 }
 
 pub fn google_pprof(binary: &Path, profile: &Path) -> HashMap<String, f64> {

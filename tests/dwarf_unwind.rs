@@ -1,0 +1,132 @@
+//! Complete stacks for code without frame pointers: DWARF unwinding in the handler.
+
+mod support;
+
+use std::path::Path;
+use support::*;
+
+/// gcc -O2 moves `main` to the start of .text (.text.startup), where `go tool pprof` fails to
+/// name it — with gperftools' own profiles too; -fno-reorder-functions keeps it in place.
+const NO_FP_FLAGS: &[&str] = &["-O2", "-fomit-frame-pointer", "-fno-reorder-functions"];
+
+#[test]
+fn known_answer_without_frame_pointers() {
+    let dir = scratch_dir("nofp");
+    let hot = compile_c(&dir, "hot.c", "hot_nofp", NO_FP_FLAGS, false);
+    let profile = dir.join("nofp.prof");
+    run_preloaded(&hot, &["4"], &profile, &[("CPUPROFILE_FREQUENCY", "250")]);
+    for (reader, table) in [
+        ("cpuprof top", cpuprof_top(&profile)),
+        ("go tool pprof", go_pprof(&hot, &profile)),
+    ] {
+        assert_three_to_one(reader, &table);
+        let on_hot = share(&table, "hot_a") + share(&table, "hot_b");
+        let main = share(&table, "main");
+        assert!(
+            main >= 0.95 * on_hot,
+            "{reader}: main on {main}% of samples, hot_a+hot_b {on_hot}%: {table:?}"
+        );
+    }
+}
+
+#[test]
+fn frame_pointer_walks_cannot_see_through_frameless_code() {
+    // The control for the test above: the same binary walked with frame pointers only loses
+    // main on most samples, so the DWARF walker is what makes the difference.
+    let dir = scratch_dir("nofp-fp");
+    let hot = compile_c(&dir, "hot.c", "hot_nofp", NO_FP_FLAGS, false);
+    let profile = dir.join("fp.prof");
+    run_preloaded(&hot, &["1"], &profile, &[("CPUPROFILE_UNWINDER", "fp")]);
+    let table = cpuprof_top(&profile);
+    assert!(share(&table, "main") < 50.0, "{table:?}");
+}
+
+#[test]
+fn handler_fits_small_alternate_signal_stacks() {
+    let dir = scratch_dir("altstack");
+    let prog = compile_c(&dir, "altstack.c", "altstack", &["-O2"], false);
+    for unwinder in ["auto", "fp"] {
+        let out = run_preloaded(
+            &prog,
+            &["1"],
+            &dir.join("alt.prof"),
+            &[("CPUPROFILE_UNWINDER", unwinder), ("CPUPROFILE_FREQUENCY", "1000")],
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        let used: usize = text.trim().strip_prefix("altstack_used ").unwrap().parse().unwrap();
+        // Kernel signal frame included. Rust's sigaltstacks are 8 KiB; this is a debug build
+        // of the library (release: ~3.4 KiB, see docs/UNWINDING.md).
+        assert!(
+            used > 0 && used < 8192,
+            "{unwinder}: handler used {used} bytes of the alternate stack"
+        );
+    }
+}
+
+/// Flat percentage per function in `perf report` output.
+fn perf_flat(perf_data: &Path) -> Vec<(String, f64)> {
+    let out = run_ok(
+        Path::new("perf"),
+        &[
+            "report",
+            "-i",
+            perf_data.to_str().unwrap(),
+            "--no-children",
+            "--sort",
+            "symbol",
+            "--stdio",
+            "-g",
+            "none",
+        ],
+        &[],
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let mut cols = l.split_whitespace();
+            let pct = cols.next()?.strip_suffix('%')?.parse().ok()?;
+            let name = cols.nth(1)?.to_string();
+            (!name.starts_with("0x")).then_some((name, pct))
+        })
+        .collect()
+}
+
+#[test]
+fn python_stacks_are_complete_and_agree_with_perf() {
+    let dir = scratch_dir("python");
+    let script = dir.join("loop.py");
+    std::fs::write(
+        &script,
+        "import time\n\
+         def inner(n):\n    s = 0\n    for i in range(n):\n        s += i * i % 7\n    return s\n\
+         end = time.process_time() + 6\nt = 0\nwhile time.process_time() < end:\n    t += inner(20000)\nprint(t)\n",
+    )
+    .unwrap();
+    let (profile, perf_data) = (dir.join("py.prof"), dir.join("perf.data"));
+    // perf samples the same run; the profiler's variables go to python only, through env(1).
+    let preload = format!("LD_PRELOAD={}", lib().display());
+    let output = format!("CPUPROFILE={}", profile.display());
+    #[rustfmt::skip]
+    let perf_args = [
+        "record", "-q", "-F", "1000", "--call-graph", "dwarf", "-o", perf_data.to_str().unwrap(), "--",
+        "env", &preload, &output, "CPUPROFILE_FREQUENCY=250", "/usr/bin/python3", script.to_str().unwrap(),
+    ];
+    run_ok(Path::new("perf"), &perf_args, &[]);
+    let ours = cpuprof_top(&profile);
+    let entry = share(&ours, "_start").max(share(&ours, "__libc_start_main"));
+    assert!(
+        entry >= 90.0,
+        "only {entry}% of samples reach the process entry: {ours:?}"
+    );
+
+    let flat = flat_percentages(&profile);
+    let theirs = perf_flat(&perf_data);
+    for (name, pct) in theirs.iter().take(5) {
+        let mine = flat.get(name).copied().unwrap_or(0.0);
+        assert!(
+            (mine - pct).abs() <= 5.0,
+            "{name}: cpuprof {mine}%, perf {pct}%\nperf: {theirs:?}\nours: {flat:?}"
+        );
+    }
+}
