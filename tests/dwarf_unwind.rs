@@ -130,3 +130,57 @@ fn python_stacks_are_complete_and_agree_with_perf() {
         );
     }
 }
+
+#[test]
+fn dlopen_and_dlclose_while_profiling() {
+    let dir = scratch_dir("dlopen");
+    let plugin = dir.join("libplugin.so");
+    let cc = std::process::Command::new("cc")
+        .args(["-O2", "-g", "-fomit-frame-pointer", "-shared", "-fPIC", "-o"])
+        .arg(&plugin)
+        .arg(root().join("tests/c/plugin.c"))
+        .status()
+        .unwrap();
+    assert!(cc.success());
+    let prog = compile_c(
+        &dir,
+        "dlopen_loop.c",
+        "dlopen_loop",
+        &["-O2", "-fomit-frame-pointer", "-ldl"],
+        false,
+    );
+    let profile = dir.join("dlopen.prof");
+    let out = run_preloaded(
+        &prog,
+        &[plugin.to_str().unwrap(), "40", "0.1"],
+        &profile,
+        &[("CPUPROFILE_FREQUENCY", "250")],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let value = |key: &str| -> i64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap()
+    };
+    assert!(text.contains("ok"));
+    // 35 cycles between the readings each build and free two snapshots (~1 MiB each here):
+    // leaked, they would add tens of MiB.
+    let growth = value("rss_late ") - value("rss_early ");
+    assert!(
+        growth < 4096,
+        "resident memory grew by {growth} KiB over 35 dlopen/dlclose cycles"
+    );
+
+    let table = cpuprof_top(&profile);
+    let (burn, caller, main) = (
+        share(&table, "plugin_burn"),
+        share(&table, "run_cycle"),
+        share(&table, "main"),
+    );
+    assert!(burn >= 80.0, "the unloaded library's function is named: {table:?}");
+    assert!(
+        caller >= 0.9 * burn && main >= 0.9 * burn,
+        "its callers are found: {table:?}"
+    );
+}

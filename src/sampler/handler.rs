@@ -132,16 +132,15 @@ pub fn set_dwarf(unwinder: Option<Box<DwarfUnwinder>>) {
     }
 }
 
-/// Replaces the DWARF unwinder if objects were loaded or unloaded since it was built.
-/// Returns true when it did. Not for signal context.
-pub fn refresh_dwarf() -> bool {
+/// Replaces the DWARF unwinder, if one is in use, when objects were loaded or unloaded since
+/// it was built. Not for signal context.
+pub fn refresh_dwarf() {
     // SAFETY: only the control plane swaps DWARF, and callers of this function are the control
     // plane, so the snapshot cannot be freed while we look at it.
     let stale = unsafe { DWARF.load(Ordering::SeqCst).as_ref() }.is_some_and(DwarfUnwinder::is_stale);
     if stale {
         set_dwarf(Some(Box::new(DwarfUnwinder::build())));
     }
-    stale
 }
 
 /// Makes `state` the target of every profiling signal from now on.

@@ -5,6 +5,7 @@
 
 pub mod autostart;
 pub mod global;
+mod mappings;
 pub mod options;
 mod writer;
 
@@ -21,10 +22,12 @@ use std::thread::JoinHandle;
 use std::time::SystemTime;
 use writer::WriterControl;
 
-/// The profile file being written and the first error writing it hit.
+/// The profile file being written, the first error writing it hit, and the code mappings
+/// seen while profiling.
 pub struct OutputFile {
     writer: ProfileWriter<BufWriter<File>>,
     error: Option<std::io::Error>,
+    mappings: mappings::SeenMappings,
 }
 
 /// What a finished profile holds.
@@ -86,7 +89,13 @@ impl Session {
         let control = Arc::new(WriterControl::default());
         let writer_thread = {
             let (state, control) = (state.clone(), control.clone());
-            let out = OutputFile { writer, error: None };
+            let mut mappings = mappings::SeenMappings::default();
+            mappings.record(&std::fs::read("/proc/self/maps").unwrap_or_default());
+            let out = OutputFile {
+                writer,
+                error: None,
+                mappings,
+            };
             std::thread::Builder::new()
                 .name("cpuprof-writer".into())
                 .spawn(move || writer::run(state, out, control, signal))
@@ -157,8 +166,12 @@ impl Session {
             stats.evictions.load(Ordering::Relaxed),
             stats.lost.load(Ordering::Relaxed),
         );
-        let maps = std::fs::read("/proc/self/maps").unwrap_or_default();
-        let OutputFile { writer, error } = out;
+        let OutputFile {
+            writer,
+            error,
+            mappings,
+        } = out;
+        let maps = mappings.complete(&std::fs::read("/proc/self/maps").unwrap_or_default());
         let bytes = writer.bytes_written() + 3 * SlotFormat::NATIVE.size as u64 + maps.len() as u64;
         let result = match error {
             Some(e) => Err(e),

@@ -1,6 +1,6 @@
 //! The writer thread: moves samples from the table to the file while profiling runs.
 //!
-//! Every tick it resolves stack-range requests from the handlers, replaces the DWARF unwinder
+//! Every tick (20 ms) it resolves stack-range requests from the handlers, replaces the DWARF unwinder
 //! if libraries were loaded or unloaded, and drains evicted records.
 //! It also harvests the counts held in the table, first after one second and then at doubling
 //! intervals up to 30 s, so that a process killed without warning leaves a readable file with
@@ -8,13 +8,15 @@
 
 use super::OutputFile;
 use crate::sampler::{self, signals, SamplerState};
+use crate::unwind::dwarf::loaded_objects_generation;
 use crate::unwind::THREAD_STACKS;
 use parking_lot::{Condvar, Mutex};
 use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const TICK: Duration = Duration::from_millis(100);
+/// Short enough that a library loaded with dlopen is unwound through within ~20 ms.
+const TICK: Duration = Duration::from_millis(20);
 const FIRST_HARVEST: Duration = Duration::from_secs(1);
 const MAX_HARVEST_INTERVAL: Duration = Duration::from_secs(30);
 
@@ -60,6 +62,7 @@ pub fn run(
     signals::block_in_current_thread(profiling_signal);
     let mut harvest_interval = FIRST_HARVEST;
     let mut next_harvest = Instant::now() + harvest_interval;
+    let mut objects_seen = loaded_objects_generation();
     loop {
         let (stop, flush) = {
             let mut s = control.state.lock();
@@ -72,7 +75,13 @@ pub fn run(
             return out;
         }
         THREAD_STACKS.resolve_requests();
-        sampler::refresh_dwarf();
+        let generation = loaded_objects_generation();
+        if generation != objects_seen {
+            objects_seen = generation;
+            out.mappings
+                .record(&std::fs::read("/proc/self/maps").unwrap_or_default());
+            sampler::refresh_dwarf();
+        }
         let due = Instant::now() >= next_harvest;
         if due {
             harvest_interval = (harvest_interval * 2).min(MAX_HARVEST_INTERVAL);
