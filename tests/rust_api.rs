@@ -89,6 +89,9 @@ fn guard_known_answer() {
         "samples x period = {sampled:.2} s, CPU = {cpu:.2} s"
     );
     assert_three_to_one("cpuprof top", &cpuprof_top(&path));
+    let exe = std::env::current_exe().unwrap();
+    assert_three_to_one("google-pprof", &google_pprof(&exe, &path));
+    assert_three_to_one("go tool pprof", &go_pprof(&exe, &path));
 }
 
 #[test]
