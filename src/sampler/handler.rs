@@ -71,8 +71,7 @@ impl SamplerState {
         }
         self.interrupts.fetch_add(1, Ordering::Relaxed);
         let Some(mut workspace) = self.workspaces.claim() else {
-            self.table.stats.samples.fetch_add(weight, Ordering::Relaxed);
-            self.table.stats.lost.fetch_add(weight, Ordering::Relaxed);
+            self.table.count_lost(weight);
             return;
         };
         let regs = interrupted_registers(uc);

@@ -122,6 +122,13 @@ impl CallChainTable {
         self.stats.lost.fetch_add(weight, Ordering::Relaxed);
     }
 
+    /// Counts `weight` samples that were taken but could not be recorded (no walk workspace
+    /// free), keeping `samples = stored + evicted + lost`. Async-signal-safe.
+    pub fn count_lost(&self, weight: u64) {
+        self.stats.samples.fetch_add(weight, Ordering::Relaxed);
+        self.stats.lost.fetch_add(weight, Ordering::Relaxed);
+    }
+
     fn try_record(&self, first: usize, tag: u64, pcs: &[u64], weight: u64) -> Attempt {
         let mut free: Option<(usize, u64)> = None;
         let mut victim: Option<(usize, u64)> = None;
