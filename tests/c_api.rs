@@ -43,6 +43,8 @@ fn exports_exactly_the_profiler_h_functions() {
         "ProfilerStartWithOptions",
         "ProfilerStop",
         "ProfilingIsEnabledForAllThreads",
+        // Interposed so that threads get their sampling timer as they start (issue 4).
+        "pthread_create",
     ];
     expected.sort();
     assert_eq!(exported, expected);
@@ -85,12 +87,42 @@ fn current_state_and_flush() {
 fn an_application_owned_sigprof_is_left_alone() {
     let dir = scratch_dir("ownsig");
     let prog = compile_c(&dir, "capi.c", "capi", FP_FLAGS, true);
+
+    // Per-thread timers (the default) sample with a free real-time signal instead.
     let profile = dir.join("ownsig.prof");
     let out = run_ok(&prog, &["ownsig", profile.to_str().unwrap()], &[]);
     let v = values(&out);
-    assert_eq!(v["start"], "0");
-    assert_eq!(v["own_handler_calls"], "1");
-    assert_eq!(v["handler_kept"], "1");
+    assert_eq!(
+        (
+            v["start"].as_str(),
+            v["own_handler_calls"].as_str(),
+            v["handler_kept"].as_str()
+        ),
+        ("1", "1", "1")
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("SIGPROF belongs to the application; sampling with SIGRTMIN+"),
+        "{stderr}"
+    );
+    assert!(read_profile(&profile).total_samples() >= 20);
+
+    // The process-wide timer can only use SIGPROF: profiling does not start.
+    let profile = dir.join("itimer.prof");
+    let out = run_ok(
+        &prog,
+        &["ownsig", profile.to_str().unwrap()],
+        &[("CPUPROFILE_TIMER", "itimer")],
+    );
+    let v = values(&out);
+    assert_eq!(
+        (
+            v["start"].as_str(),
+            v["own_handler_calls"].as_str(),
+            v["handler_kept"].as_str()
+        ),
+        ("0", "1", "1")
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("SIGPROF") && stderr.contains("already has a handler"),

@@ -1,10 +1,11 @@
 //! `libcpuprof.so`: gperftools' `profiler.h` C API, and profiling from `CPUPROFILE` when the
 //! library is loaded (linked with `-lcpuprof` or preloaded with `LD_PRELOAD`).
 //!
-//! Only the functions below are exported. Each is a thin adapter over `cpuprof`'s process-wide
-//! session; errors are reported on stderr because the C API has no way to return them.
+//! Only the functions below are exported: the profiler.h API, each a thin adapter over
+//! `cpuprof`'s process-wide session (errors go to stderr: the C API cannot return them), and
+//! `pthread_create`, interposed so that every new thread gets its sampling timer as it starts.
 
-use cpuprof_core::sampler::ThreadFilter;
+use cpuprof_core::sampler::{thread_timers, ThreadFilter};
 use cpuprof_core::session::{autostart, global, Options};
 use cpuprof_core::unwind::{self, Registers, THREAD_STACKS};
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -106,11 +107,57 @@ pub extern "C" fn ProfilingIsEnabledForAllThreads() -> c_int {
     global::info().is_some() as c_int
 }
 
-/// Declares the calling thread to the profiler: its stack range is recorded so that its
-/// stack walks need no readability probes.
+/// Declares the calling thread to the profiler: it gets its per-thread timer now (every
+/// thread is sampled anyway, this only closes the gap before the writer's next poll), and its
+/// stack range is recorded so that its walks need no readability probes.
 #[no_mangle]
 pub extern "C" fn ProfilerRegisterThread() {
+    thread_timers::on_thread_start();
     THREAD_STACKS.register_current_thread();
+}
+
+type StartRoutine = extern "C" fn(*mut c_void) -> *mut c_void;
+type PthreadCreate =
+    unsafe extern "C" fn(*mut libc::pthread_t, *const libc::pthread_attr_t, StartRoutine, *mut c_void) -> c_int;
+
+/// glibc's `pthread_create`, found once with `dlsym(RTLD_NEXT)`.
+fn real_pthread_create() -> Option<PthreadCreate> {
+    static REAL: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    // SAFETY: dlsym with a constant NUL-terminated name; RTLD_NEXT skips this library.
+    let addr = *REAL.get_or_init(|| unsafe { libc::dlsym(libc::RTLD_NEXT, c"pthread_create".as_ptr()) } as usize);
+    // SAFETY: a non-null result is glibc's pthread_create, which has this signature.
+    (addr != 0).then(|| unsafe { std::mem::transmute::<usize, PthreadCreate>(addr) })
+}
+
+/// Interposes thread creation: the new thread arms its own sampling timer before running
+/// the application's start routine, and deletes it when it exits (see
+/// `cpuprof::sampler::thread_timers`).
+///
+/// # Safety
+/// The arguments of `pthread_create(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn pthread_create(
+    thread: *mut libc::pthread_t,
+    attr: *const libc::pthread_attr_t,
+    start: StartRoutine,
+    arg: *mut c_void,
+) -> c_int {
+    let Some(real) = real_pthread_create() else {
+        return libc::EAGAIN;
+    };
+    let call = Box::into_raw(Box::new((start, arg)));
+    let rc = real(thread, attr, start_thread, call as *mut c_void);
+    if rc != 0 {
+        drop(Box::from_raw(call));
+    }
+    rc
+}
+
+extern "C" fn start_thread(call: *mut c_void) -> *mut c_void {
+    // SAFETY: `call` is the box made by our pthread_create for this thread.
+    let (start, arg) = *unsafe { Box::from_raw(call as *mut (StartRoutine, *mut c_void)) };
+    thread_timers::on_thread_start();
+    start(arg)
 }
 
 /// Fills `state` with the current profiling state.

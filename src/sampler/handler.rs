@@ -6,6 +6,8 @@
 //! no handler can still be using it before the session frees it.
 
 use super::context::interrupted_registers;
+use super::thread_timers::{ThreadTimerKind, PERF_EVENT_IOC_REFRESH};
+use super::timer::Clock;
 use super::walk_stack::Workspace;
 use crate::claim_pool::ClaimPool;
 use crate::table::{CallChainTable, TableConfig};
@@ -36,6 +38,15 @@ pub enum UnwinderChoice {
     FramePointer,
 }
 
+/// What delivers the profiling signal, which decides how a signal is counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SampleSource {
+    /// A process-wide interval timer (`setitimer`): one sample per signal.
+    ProcessTimer(Clock),
+    /// A timer per thread: POSIX CPU timers count `1 + si_overrun`; perf events are re-armed.
+    ThreadTimers(ThreadTimerKind),
+}
+
 /// What the handler needs while a profile is being taken.
 pub struct SamplerState {
     pub table: CallChainTable,
@@ -44,18 +55,45 @@ pub struct SamplerState {
     workspaces: ClaimPool<Workspace>,
     filter: Option<ThreadFilter>,
     unwinder: UnwinderChoice,
+    source: SampleSource,
     /// Signals that produced a sample attempt (after the filter).
     pub interrupts: AtomicU64,
 }
 
 impl SamplerState {
-    pub fn new(table: TableConfig, filter: Option<ThreadFilter>, unwinder: UnwinderChoice) -> Self {
+    pub fn new(
+        table: TableConfig,
+        filter: Option<ThreadFilter>,
+        unwinder: UnwinderChoice,
+        source: SampleSource,
+    ) -> Self {
         SamplerState {
             unwinder,
+            source,
             workspaces: ClaimPool::new(concurrent_handlers(), || Workspace::new(table.max_depth)),
             table: CallChainTable::new(table),
             filter,
             interrupts: AtomicU64::new(0),
+        }
+    }
+
+    /// How many samples this signal stands for, re-arming a perf event if one sent it.
+    ///
+    /// # Safety
+    /// `info` must be the siginfo of the signal being handled.
+    unsafe fn signal_weight(&self, info: *const libc::siginfo_t) -> u64 {
+        let info = &*(info as *const SigInfoFields);
+        match self.source {
+            SampleSource::ThreadTimers(ThreadTimerKind::Posix) if info.code == libc::SI_TIMER => {
+                1 + info.timer_overrun.max(0) as u64
+            }
+            // Kernel-generated SIGPOLL-style codes are positive; signals sent by kill or
+            // sigqueue are not, and carry no fd of ours.
+            SampleSource::ThreadTimers(ThreadTimerKind::Perf) if info.code > 0 => {
+                libc::ioctl(info.poll_fd, PERF_EVENT_IOC_REFRESH, 1);
+                1
+            }
+            _ => 1,
         }
     }
 
@@ -93,6 +131,19 @@ impl SamplerState {
         });
         self.table.record(&workspace.frames[..n], weight);
     }
+}
+
+/// The parts of `siginfo_t` the handler reads (x86-64 layout): the union after the three
+/// ints holds `si_tid, si_overrun` for POSIX timers and `si_band, si_fd` for SIGPOLL codes.
+#[repr(C)]
+struct SigInfoFields {
+    signo: c_int,
+    errno: c_int,
+    code: c_int,
+    _pad: c_int,
+    timer_id: c_int,
+    timer_overrun: c_int,
+    poll_fd: c_int,
 }
 
 /// How many handlers can sample at once: one per CPU, with headroom, at most 64.
@@ -164,7 +215,7 @@ pub fn unpublish() -> Option<Arc<SamplerState>> {
 ///
 /// # Safety
 /// Only the kernel calls it, with the `uc` of the signal being delivered.
-pub unsafe extern "C" fn on_profiling_signal(_sig: c_int, _info: *mut libc::siginfo_t, uc: *mut c_void) {
+pub unsafe extern "C" fn on_profiling_signal(_sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void) {
     // SAFETY: errno is this thread's; it is restored so the interrupted code never sees ours.
     let errno = unsafe { libc::__errno_location() };
     let saved_errno = unsafe { *errno };
@@ -173,7 +224,10 @@ pub unsafe extern "C" fn on_profiling_signal(_sig: c_int, _info: *mut libc::sigi
     if !state.is_null() {
         // SAFETY: `state` stays alive while IN_FLIGHT is non-zero (see `unpublish`); `uc` is
         // the kernel's ucontext for this signal.
-        unsafe { (*state).sample(uc, 1) };
+        unsafe {
+            let weight = (*state).signal_weight(info);
+            (*state).sample(uc, weight)
+        };
     }
     IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
     unsafe { *errno = saved_errno };

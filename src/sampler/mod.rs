@@ -3,12 +3,14 @@
 mod context;
 pub mod handler;
 pub mod signals;
+pub mod thread_timers;
 pub mod timer;
 mod walk_stack;
 
 pub use context::interrupted_registers;
 pub use handler::{
-    on_profiling_signal, publish, refresh_dwarf, set_dwarf, unpublish, SamplerState, ThreadFilter, UnwinderChoice,
+    on_profiling_signal, publish, refresh_dwarf, set_dwarf, unpublish, SampleSource, SamplerState, ThreadFilter,
+    UnwinderChoice,
 };
 pub use signals::SignalError;
 pub use timer::Clock;

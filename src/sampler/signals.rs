@@ -70,6 +70,15 @@ pub fn install(signal: c_int, handler: SigInfoHandler) -> Result<(), SignalError
     Ok(())
 }
 
+/// Whether `signal` has the default disposition (no handler, not ignored).
+pub fn is_unhandled(signal: c_int) -> bool {
+    // SAFETY: queries the current disposition.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(signal, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_DFL
+    }
+}
+
 /// Blocks `signal` in the calling thread (for cpuprof's own threads, which are not sampled).
 pub fn block_in_current_thread(signal: c_int) {
     // SAFETY: plain sigmask manipulation of the calling thread.

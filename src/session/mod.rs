@@ -7,11 +7,12 @@ pub mod autostart;
 pub mod global;
 mod mappings;
 pub mod options;
+mod timing;
 mod writer;
 
 use crate::error::Error;
 use crate::format::{ProfileWriter, SlotFormat};
-use crate::sampler::{self, signals, timer, SamplerState};
+use crate::sampler::{self, SampleSource, SamplerState};
 pub use options::Options;
 use std::fs::File;
 use std::io::BufWriter;
@@ -62,13 +63,13 @@ pub struct Session {
     state: Arc<SamplerState>,
     control: Arc<WriterControl>,
     writer: Option<JoinHandle<OutputFile>>,
+    source: SampleSource,
 }
 
 impl Session {
     /// Creates the file, writes the header, and starts sampling.
     pub fn start(path: &Path, options: Options) -> Result<Session, Error> {
-        let signal = options.clock.signal();
-        signals::install(signal, sampler::on_profiling_signal).map_err(Error::Signal)?;
+        let (source, signal) = timing::choose(&options)?;
         let file = File::create(path).map_err(|source| Error::Open {
             path: path.to_path_buf(),
             source,
@@ -82,7 +83,12 @@ impl Session {
             path: path.to_path_buf(),
             source,
         })?;
-        let state = Arc::new(SamplerState::new(options.table, options.filter, options.unwinder));
+        let state = Arc::new(SamplerState::new(
+            options.table,
+            options.filter,
+            options.unwinder,
+            source,
+        ));
         if options.unwinder == sampler::UnwinderChoice::Auto {
             sampler::set_dwarf(Some(Box::new(crate::unwind::DwarfUnwinder::build())));
         }
@@ -96,11 +102,17 @@ impl Session {
                 error: None,
                 mappings,
             };
-            std::thread::Builder::new()
+            let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+            let thread = std::thread::Builder::new()
                 .name("cpuprof-writer".into())
-                .spawn(move || writer::run(state, out, control, signal))
-                .map_err(Error::Spawn)?
+                .spawn(move || {
+                    let _ = tid_tx.send(sampler::thread_timers::gettid());
+                    writer::run(state, out, control, signal)
+                })
+                .map_err(Error::Spawn)?;
+            (thread, tid_rx.recv().ok())
         };
+        let (writer_thread, writer_tid) = writer_thread;
         crate::unwind::THREAD_STACKS.register_current_thread();
         sampler::publish(state.clone());
         let session = Session {
@@ -111,10 +123,12 @@ impl Session {
             state,
             control,
             writer: Some(writer_thread),
+            source,
         };
-        if let Err(e) = timer::set_interval(session.options.clock, session.options.period_us()) {
+        let excluded = writer_tid.into_iter().collect();
+        if let Err(e) = timing::start(source, signal, &session.options, excluded) {
             let _ = session.stop();
-            return Err(Error::Timer(e));
+            return Err(e);
         }
         Ok(session)
     }
@@ -145,8 +159,12 @@ impl Session {
             std::mem::forget(self);
             return Err(Error::ForkedChild { path });
         }
-        let _ = timer::set_interval(self.options.clock, 0);
+        let perf_fds = timing::stop(self.source);
         let unpublished = sampler::unpublish();
+        if unpublished.is_some() {
+            // No handler can still re-arm these fds; otherwise they are leaked, never reused.
+            sampler::thread_timers::close(perf_fds);
+        }
         self.control.request_stop();
         let Some(Ok(mut out)) = self.writer.take().map(JoinHandle::join) else {
             let source = std::io::Error::other("the profile writer thread failed");

@@ -2,6 +2,7 @@
 
 use crate::sampler::{Clock, ThreadFilter, UnwinderChoice};
 use crate::table::TableConfig;
+use std::ffi::c_int;
 
 /// Default sampling frequency, as in gperftools.
 pub const DEFAULT_FREQUENCY: u32 = 100;
@@ -13,11 +14,28 @@ pub const DEFAULT_MAX_DEPTH: usize = 254;
 /// Upper bound on the configurable depth.
 pub const MAX_DEPTH_LIMIT: usize = 4096;
 
+/// Which timer drives sampling (`CPUPROFILE_TIMER`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimerChoice {
+    /// The most accurate available: perf events, else per-thread CPU timers, else `setitimer`.
+    Auto,
+    /// Process-wide `setitimer`, as gperftools does by default.
+    Itimer,
+    /// A POSIX CPU-time timer per thread, with overrun weighting.
+    Thread,
+    /// A perf `cpu-clock` event per thread (hrtimer-driven).
+    Perf,
+}
+
 /// How a profile is taken.
 #[derive(Clone, Debug)]
 pub struct Options {
     pub frequency: u32,
     pub clock: Clock,
+    pub timer: TimerChoice,
+    /// Signal for per-thread timers; `None`: SIGPROF, or a free real-time signal if the
+    /// application owns SIGPROF.
+    pub timer_signal: Option<c_int>,
     pub table: TableConfig,
     pub filter: Option<ThreadFilter>,
     pub unwinder: UnwinderChoice,
@@ -30,6 +48,8 @@ impl Default for Options {
         Options {
             frequency: DEFAULT_FREQUENCY,
             clock: Clock::ProcessCpu,
+            timer: TimerChoice::Auto,
+            timer_signal: None,
             table: TableConfig {
                 max_depth: DEFAULT_MAX_DEPTH,
                 ..TableConfig::default()
@@ -52,6 +72,24 @@ impl Options {
         if var("CPUPROFILE_REALTIME").is_some() {
             o.clock = Clock::Real;
         }
+        if var("CPUPROFILE_PER_THREAD_TIMERS").is_some() {
+            o.timer = TimerChoice::Thread;
+        }
+        if let Some(sig) = var("CPUPROFILE_TIMER_SIGNAL") {
+            match sig.trim().parse::<c_int>() {
+                Ok(n) if (1..=64).contains(&n) => {
+                    o.timer_signal = Some(n);
+                    o.timer = TimerChoice::Thread;
+                }
+                _ => eprintln!("cpuprof: CPUPROFILE_TIMER_SIGNAL={sig:?} is not a signal number; ignored"),
+            }
+        }
+        if let Some(name) = var("CPUPROFILE_TIMER") {
+            match parse_timer(&name) {
+                Some(t) => o.timer = t,
+                None => eprintln!("cpuprof: CPUPROFILE_TIMER={name:?} is not auto, itimer, thread or perf; ignored"),
+            }
+        }
         if let Some(name) = var("CPUPROFILE_UNWINDER") {
             match parse_unwinder(&name) {
                 Some(u) => o.unwinder = u,
@@ -72,6 +110,16 @@ pub fn parse_frequency(text: &str) -> u32 {
     match text.trim().parse::<u64>() {
         Ok(hz) if hz > 0 => hz.min(MAX_FREQUENCY as u64) as u32,
         _ => DEFAULT_FREQUENCY,
+    }
+}
+
+pub fn parse_timer(name: &str) -> Option<TimerChoice> {
+    match name.trim().to_ascii_lowercase().as_str() {
+        "auto" | "" => Some(TimerChoice::Auto),
+        "itimer" => Some(TimerChoice::Itimer),
+        "thread" => Some(TimerChoice::Thread),
+        "perf" => Some(TimerChoice::Perf),
+        _ => None,
     }
 }
 
@@ -109,6 +157,21 @@ mod tests {
         }
         let o = Options::from_env(env(&[("CPUPROFILE_FREQUENCY", "1000")]));
         assert_eq!((o.frequency, o.period_us(), o.clock), (1000, 1000, Clock::ProcessCpu));
+    }
+
+    #[test]
+    fn timer_variables() {
+        assert_eq!(Options::default().timer, TimerChoice::Auto);
+        assert_eq!(
+            Options::from_env(env(&[("CPUPROFILE_PER_THREAD_TIMERS", "")])).timer,
+            TimerChoice::Thread
+        );
+        let o = Options::from_env(env(&[("CPUPROFILE_TIMER_SIGNAL", "40")]));
+        assert_eq!((o.timer, o.timer_signal), (TimerChoice::Thread, Some(40)));
+        let o = Options::from_env(env(&[("CPUPROFILE_TIMER", "perf"), ("CPUPROFILE_TIMER_SIGNAL", "40")]));
+        assert_eq!((o.timer, o.timer_signal), (TimerChoice::Perf, Some(40)));
+        assert_eq!(parse_timer("ITIMER"), Some(TimerChoice::Itimer));
+        assert_eq!(parse_timer("hpet"), None);
     }
 
     #[test]

@@ -75,6 +75,7 @@ pub fn run(
             return out;
         }
         THREAD_STACKS.resolve_requests();
+        sampler::thread_timers::sync_with_tasks();
         let generation = loaded_objects_generation();
         if generation != objects_seen {
             objects_seen = generation;

@@ -1,0 +1,362 @@
+//! One sampling timer per thread, for every thread, so each thread is sampled by its own CPU
+//! time: no under-counting of busy threads when several run at once, and each expiry the
+//! kernel could not deliver is reported (`si_overrun`) and counted.
+//!
+//! Two kinds:
+//! * POSIX CPU timers: `timer_create` on the thread's CPU clock with `SIGEV_THREAD_ID`.
+//!   Fired from the scheduler tick (250 Hz here), so above that frequency a signal carries
+//!   `si_overrun` missed expirations, which the handler adds to the sample's weight.
+//! * perf events: a software `cpu-clock` event per thread, hrtimer-driven, delivering a
+//!   signal to its thread on each overflow (`F_SETOWN_EX` + `F_SETSIG` + `O_ASYNC`). The event
+//!   disables itself after one overflow; the handler re-enables it with
+//!   `PERF_EVENT_IOC_REFRESH` — the timer's own system call.
+//!
+//! Threads are armed when profiling starts (all of `/proc/self/task`), when they start
+//! ([`on_thread_start`], called by the `pthread_create` interposer of libcpuprof.so and by
+//! `ProfilerRegisterThread`), and by the writer thread's poll of `/proc/self/task` for threads
+//! nothing announced. A thread's timer is deleted when it exits (a pthread key destructor set by
+//! `on_thread_start`) or when the poll finds it gone, so timers never accumulate.
+
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+use std::io;
+use std::sync::Once;
+
+/// The kind of per-thread timer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ThreadTimerKind {
+    Posix,
+    Perf,
+}
+
+enum Armed {
+    Posix(libc::timer_t),
+    Perf(c_int),
+}
+
+// SAFETY: timer_t is an opaque kernel id; it is only passed to timer_delete.
+unsafe impl Send for Armed {}
+
+struct Timers {
+    kind: ThreadTimerKind,
+    signal: c_int,
+    period_ns: u64,
+    armed: HashMap<libc::pid_t, Armed>,
+    /// cpuprof's own threads, never armed.
+    excluded: Vec<libc::pid_t>,
+}
+
+/// The per-thread timers of the running session, if it uses them.
+static TIMERS: Mutex<Option<Timers>> = parking_lot::const_mutex(None);
+
+/// Checks that `kind` can be used here by arming and disarming the calling thread once.
+pub fn probe(kind: ThreadTimerKind, signal: c_int, period_ns: u64) -> io::Result<()> {
+    let armed = arm(kind, gettid(), signal, period_ns)?;
+    disarm(armed, None);
+    Ok(())
+}
+
+/// Starts per-thread timers: every current thread of the process is armed, except `excluded`
+/// (cpuprof's own writer thread).
+pub fn start(kind: ThreadTimerKind, signal: c_int, period_ns: u64, excluded: Vec<libc::pid_t>) -> io::Result<()> {
+    let mut timers = Timers {
+        kind,
+        signal,
+        period_ns,
+        armed: HashMap::new(),
+        excluded,
+    };
+    arm_missing(&mut timers, &current_tids())?;
+    *TIMERS.lock() = Some(timers);
+    Ok(())
+}
+
+/// Deletes every timer. Signals already queued may still arrive; the handler ignores them
+/// once the sampler state is unpublished, which the session does before closing perf fds
+/// (see `close`), so a late handler never re-arms an fd number the application may reuse.
+pub fn stop() -> Vec<c_int> {
+    let Some(timers) = TIMERS.lock().take() else {
+        return Vec::new();
+    };
+    let mut perf_fds = Vec::new();
+    for (_, armed) in timers.armed {
+        match armed {
+            Armed::Perf(fd) => {
+                // SAFETY: our own perf event fd.
+                unsafe { libc::ioctl(fd, PERF_EVENT_IOC_DISABLE, 0) };
+                perf_fds.push(fd);
+            }
+            posix => disarm(posix, None),
+        }
+    }
+    perf_fds
+}
+
+/// Closes perf event fds returned by `stop`, once no handler can be using them.
+pub fn close(perf_fds: Vec<c_int>) {
+    for fd in perf_fds {
+        // SAFETY: our own fds, no longer referenced.
+        unsafe { libc::close(fd) };
+    }
+}
+
+/// The kind in use, if per-thread timers are running.
+pub fn running_kind() -> Option<ThreadTimerKind> {
+    TIMERS.lock().as_ref().map(|t| t.kind)
+}
+
+/// Arms the calling thread if per-thread timers are running, and makes sure its timer is
+/// deleted when it exits. Called at the start of every thread created through
+/// `pthread_create` under libcpuprof.so, and by `ProfilerRegisterThread`.
+pub fn on_thread_start() {
+    let tid = gettid();
+    if let Some(t) = TIMERS.lock().as_mut() {
+        let _ = arm_missing(t, &[tid]);
+    }
+    // SAFETY: a non-null value makes the key's destructor run when this thread exits.
+    unsafe { libc::pthread_setspecific(exit_key(), 1 as *const c_void) };
+}
+
+/// Arms threads that appeared and disarms threads that are gone. Run by the writer thread.
+pub fn sync_with_tasks() {
+    let tids = current_tids();
+    if let Some(t) = TIMERS.lock().as_mut() {
+        let gone: Vec<libc::pid_t> = t.armed.keys().filter(|tid| !tids.contains(tid)).copied().collect();
+        for tid in gone {
+            if let Some(armed) = t.armed.remove(&tid) {
+                disarm(armed, None);
+            }
+        }
+        let _ = arm_missing(t, &tids);
+    }
+}
+
+fn arm_missing(t: &mut Timers, tids: &[libc::pid_t]) -> io::Result<()> {
+    let mut first_error = None;
+    for &tid in tids {
+        if t.armed.contains_key(&tid) || t.excluded.contains(&tid) {
+            continue;
+        }
+        match arm(t.kind, tid, t.signal, t.period_ns) {
+            Ok(armed) => {
+                t.armed.insert(tid, armed);
+            }
+            // The thread may have exited since it was listed.
+            Err(e) => first_error = first_error.or(Some(e)),
+        }
+    }
+    match first_error {
+        Some(e) if t.armed.is_empty() => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Deletes the calling thread's timer at thread exit (pthread key destructor).
+extern "C" fn on_thread_exit(_value: *mut c_void) {
+    let tid = gettid();
+    if let Some(t) = TIMERS.lock().as_mut() {
+        if let Some(armed) = t.armed.remove(&tid) {
+            disarm(armed, Some(t.signal));
+        }
+    }
+}
+
+fn exit_key() -> libc::pthread_key_t {
+    static INIT: Once = Once::new();
+    static mut KEY: libc::pthread_key_t = 0;
+    // SAFETY: KEY is written once, inside call_once, before any read.
+    unsafe {
+        INIT.call_once(|| {
+            libc::pthread_key_create(&raw mut KEY, Some(on_thread_exit));
+        });
+        KEY
+    }
+}
+
+fn arm(kind: ThreadTimerKind, tid: libc::pid_t, signal: c_int, period_ns: u64) -> io::Result<Armed> {
+    match kind {
+        ThreadTimerKind::Posix => arm_posix(tid, signal, period_ns).map(Armed::Posix),
+        ThreadTimerKind::Perf => arm_perf(tid, signal, period_ns).map(Armed::Perf),
+    }
+}
+
+/// `block`: the thread being disarmed is the caller, exiting; its profiling signal is blocked
+/// first so that no handler runs between closing its perf fd and the thread's end (it could
+/// otherwise re-arm an fd number another thread has just reused).
+fn disarm(armed: Armed, block: Option<c_int>) {
+    // SAFETY: deleting our own timer / closing our own fd.
+    unsafe {
+        match armed {
+            Armed::Posix(id) => {
+                libc::timer_delete(id);
+            }
+            Armed::Perf(fd) => {
+                if let Some(signal) = block {
+                    super::signals::block_in_current_thread(signal);
+                }
+                libc::ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
+                libc::close(fd);
+            }
+        }
+    }
+}
+
+fn arm_posix(tid: libc::pid_t, signal: c_int, period_ns: u64) -> io::Result<libc::timer_t> {
+    // SAFETY: plain timer_create / timer_settime with initialised structures.
+    unsafe {
+        let mut event: libc::sigevent = std::mem::zeroed();
+        event.sigev_notify = libc::SIGEV_THREAD_ID;
+        event.sigev_signo = signal;
+        event.sigev_notify_thread_id = tid;
+        let mut id: libc::timer_t = std::ptr::null_mut();
+        if libc::timer_create(thread_cpu_clock(tid), &mut event, &mut id) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // A random first expiry within one period, so threads shorter than a period are
+        // sampled in proportion to their length rather than never.
+        let first = 1 + random_below(period_ns);
+        let spec = libc::itimerspec {
+            it_interval: timespec(period_ns),
+            it_value: timespec(first),
+        };
+        if libc::timer_settime(id, 0, &spec, std::ptr::null_mut()) != 0 {
+            let e = io::Error::last_os_error();
+            libc::timer_delete(id);
+            return Err(e);
+        }
+        Ok(id)
+    }
+}
+
+/// The CPU-time clock of thread `tid` (what `pthread_getcpuclockid` computes from a pthread_t):
+/// `(~tid << 3) | CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED`.
+fn thread_cpu_clock(tid: libc::pid_t) -> libc::clockid_t {
+    ((!tid) << 3) | 4 | 2
+}
+
+fn timespec(ns: u64) -> libc::timespec {
+    libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    }
+}
+
+fn random_below(n: u64) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_i32(gettid());
+    h.finish() % n.max(1)
+}
+
+// perf_event_open(2) constants and the attribute layout (PERF_ATTR_SIZE_VER5), which the libc
+// crate does not provide for glibc.
+const PERF_TYPE_SOFTWARE: u32 = 1;
+const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
+const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
+const ATTR_DISABLED: u64 = 1 << 0;
+const ATTR_EXCLUDE_KERNEL: u64 = 1 << 5;
+const ATTR_EXCLUDE_HV: u64 = 1 << 6;
+pub(super) const PERF_EVENT_IOC_REFRESH: libc::c_ulong = 0x2402;
+const PERF_EVENT_IOC_DISABLE: libc::c_ulong = 0x2401;
+const F_SETSIG: c_int = 10;
+const F_SETOWN_EX: c_int = 15;
+const F_OWNER_TID: c_int = 0;
+
+#[repr(C)]
+#[derive(Default)]
+struct PerfEventAttr {
+    kind: u32,
+    size: u32,
+    config: u64,
+    sample_period: u64,
+    sample_type: u64,
+    read_format: u64,
+    flags: u64,
+    wakeup_events: u32,
+    bp_type: u32,
+    config1: u64,
+    config2: u64,
+    branch_sample_type: u64,
+    sample_regs_user: u64,
+    sample_stack_user: u32,
+    clockid: i32,
+    sample_regs_intr: u64,
+    aux_watermark: u32,
+    sample_max_stack: u16,
+    reserved: u16,
+}
+
+fn arm_perf(tid: libc::pid_t, signal: c_int, period_ns: u64) -> io::Result<c_int> {
+    let mut attr = PerfEventAttr {
+        kind: PERF_TYPE_SOFTWARE,
+        size: std::mem::size_of::<PerfEventAttr>() as u32,
+        config: PERF_COUNT_SW_CPU_CLOCK,
+        sample_period: period_ns,
+        flags: ATTR_DISABLED | ATTR_EXCLUDE_HV,
+        wakeup_events: 1,
+        ..Default::default()
+    };
+    // SAFETY: perf_event_open with a valid attribute; fcntl/ioctl on the fd it returns.
+    unsafe {
+        let open = |attr: &PerfEventAttr| {
+            libc::syscall(
+                libc::SYS_perf_event_open,
+                attr as *const PerfEventAttr,
+                tid,
+                -1,
+                -1,
+                PERF_FLAG_FD_CLOEXEC,
+            ) as c_int
+        };
+        let mut fd = open(&attr);
+        if fd < 0 {
+            // Unprivileged under perf_event_paranoid >= 2: user-space time only.
+            attr.flags |= ATTR_EXCLUDE_KERNEL;
+            fd = open(&attr);
+        }
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let owner = [F_OWNER_TID, tid];
+        let setup = libc::fcntl(fd, F_SETOWN_EX, owner.as_ptr()) == 0
+            && libc::fcntl(fd, F_SETSIG, signal) == 0
+            && libc::fcntl(fd, libc::F_SETFL, libc::fcntl(fd, libc::F_GETFL) | libc::O_ASYNC) == 0
+            && libc::ioctl(fd, PERF_EVENT_IOC_REFRESH, 1) == 0;
+        if !setup {
+            let e = io::Error::last_os_error();
+            libc::close(fd);
+            return Err(e);
+        }
+        Ok(fd)
+    }
+}
+
+fn current_tids() -> Vec<libc::pid_t> {
+    std::fs::read_dir("/proc/self/task")
+        .map(|dir| dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+pub fn gettid() -> libc::pid_t {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attribute_layout_is_perf_attr_size_ver5() {
+        assert_eq!(std::mem::size_of::<PerfEventAttr>(), 112);
+    }
+
+    #[test]
+    fn thread_clock_matches_glibc() {
+        let mut clock: libc::clockid_t = 0;
+        // SAFETY: queries the calling thread's clock id.
+        unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut clock) };
+        assert_eq!(thread_cpu_clock(gettid()), clock);
+    }
+}

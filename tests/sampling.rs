@@ -1,0 +1,119 @@
+//! Accurate sample counts: per-thread timers for every thread, overrun weighting, the
+//! high-resolution perf timer, and timers that never outlive their threads.
+
+mod support;
+
+use cpuprof::format::Profile;
+use std::collections::HashMap;
+use std::path::Path;
+use support::*;
+
+const FP_FLAGS: &[&str] = &["-O2", "-fno-omit-frame-pointer"];
+
+fn sampled_seconds(profile: &Path) -> f64 {
+    let p = Profile::parse(&std::fs::read(profile).unwrap()).unwrap();
+    p.total_samples() as f64 * p.period_us as f64 / 1e6
+}
+
+fn assert_total_matches_cpu(what: &str, profile: &Path, out: &std::process::Output) {
+    let (sampled, cpu) = (sampled_seconds(profile), reported_cpu_seconds(out));
+    assert!(
+        (sampled - cpu).abs() <= 0.05 * cpu,
+        "{what}: samples x period = {sampled:.3} s, CPU = {cpu:.3} s"
+    );
+}
+
+#[test]
+fn totals_match_cpu_time_at_every_frequency_single_threaded() {
+    let dir = scratch_dir("totals1");
+    let hot = compile_c(&dir, "hot.c", "hot", FP_FLAGS, false);
+    for hz in ["100", "1000", "4000"] {
+        let profile = dir.join(format!("{hz}.prof"));
+        let out = run_preloaded(&hot, &["2"], &profile, &[("CPUPROFILE_FREQUENCY", hz)]);
+        assert_total_matches_cpu(&format!("1 thread at {hz} Hz"), &profile, &out);
+    }
+}
+
+#[test]
+fn totals_match_cpu_time_at_every_frequency_with_four_threads() {
+    let dir = scratch_dir("totals4");
+    let prog = compile_c(&dir, "threads.c", "threads", FP_FLAGS, false);
+    for hz in ["100", "1000", "4000"] {
+        let profile = dir.join(format!("{hz}.prof"));
+        let out = run_preloaded(&prog, &["4", "0.25"], &profile, &[("CPUPROFILE_FREQUENCY", hz)]);
+        assert_total_matches_cpu(&format!("4 threads at {hz} Hz"), &profile, &out);
+    }
+}
+
+#[test]
+fn per_thread_shares_follow_the_work() {
+    let dir = scratch_dir("split");
+    let prog = compile_c(&dir, "threads.c", "threads", FP_FLAGS, false);
+    for timer in ["auto", "thread"] {
+        let profile = dir.join(format!("{timer}.prof"));
+        run_preloaded(
+            &prog,
+            &["4", "0.5"],
+            &profile,
+            &[("CPUPROFILE_FREQUENCY", "1000"), ("CPUPROFILE_TIMER", timer)],
+        );
+        let table = cpuprof_top(&profile);
+        for (k, want) in [(1, 10.0), (2, 20.0), (3, 30.0), (4, 40.0)] {
+            let got = share(&table, &format!("burn_{k}"));
+            assert!(
+                (got - want).abs() <= 3.0,
+                "{timer}: thread {k} has {got}% (want {want} ± 3): {table:?}"
+            );
+        }
+    }
+}
+
+fn values(out: &std::process::Output) -> HashMap<String, String> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once(' ').map(|(k, v)| (k.to_string(), v.to_string())))
+        .collect()
+}
+
+#[test]
+fn ten_thousand_short_threads_leave_no_timers_behind() {
+    let dir = scratch_dir("churn");
+    let prog = compile_c(&dir, "churn.c", "churn", &["-O2"], false);
+    for timer in ["thread", "perf"] {
+        let out = run_preloaded(
+            &prog,
+            &["10000"],
+            &dir.join(format!("{timer}.prof")),
+            &[("CPUPROFILE_TIMER", timer)],
+        );
+        let v = values(&out);
+        let threads: usize = v["threads"].parse().unwrap();
+        let timers: usize = v["timers"].parse().unwrap();
+        let perf_fds: usize = v["perf_fds"].parse().unwrap();
+        assert!(timers <= threads && perf_fds <= threads, "{timer}: {v:?}");
+        assert_eq!(
+            v["sigqueue_ok"], "100/100 received 100",
+            "{timer}: the application's sigqueue must work"
+        );
+    }
+}
+
+#[test]
+fn itimer_is_still_available_and_capped_by_the_tick() {
+    // The gperftools-compatible timer, for comparison: at 1000 Hz it delivers at most one
+    // signal per kernel tick, so its total falls far short (the reason for per-thread timers).
+    let dir = scratch_dir("itimer");
+    let hot = compile_c(&dir, "hot.c", "hot", FP_FLAGS, false);
+    let profile = dir.join("itimer.prof");
+    let out = run_preloaded(
+        &hot,
+        &["1"],
+        &profile,
+        &[("CPUPROFILE_FREQUENCY", "1000"), ("CPUPROFILE_TIMER", "itimer")],
+    );
+    let (sampled, cpu) = (sampled_seconds(&profile), reported_cpu_seconds(&out));
+    assert!(
+        sampled < 0.5 * cpu,
+        "itimer at 1000 Hz covers {sampled:.2} s of {cpu:.2} s CPU"
+    );
+}
