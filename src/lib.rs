@@ -20,4 +20,5 @@ pub mod unwind;
 pub use error::Error;
 pub use profiler::{Profiler, ProfilerBuilder, ProfilerGuard};
 pub use sampler::UnwinderChoice;
+pub use session::options::TimerChoice;
 pub use session::Report;

@@ -8,7 +8,7 @@
 
 use crate::error::Error;
 use crate::sampler::{Clock, UnwinderChoice};
-use crate::session::options::clamp_depth;
+use crate::session::options::{clamp_depth, TimerChoice};
 use crate::session::{global, Options, Report};
 use std::path::Path;
 
@@ -51,6 +51,18 @@ impl ProfilerBuilder {
     /// the default) or [`UnwinderChoice::FramePointer`].
     pub fn unwinder(mut self, unwinder: UnwinderChoice) -> Self {
         self.options.unwinder = unwinder;
+        self
+    }
+
+    /// Timer driving the samples (default [`TimerChoice::Auto`]: perf events, else per-thread
+    /// CPU timers, else `setitimer`).
+    ///
+    /// Per-thread timers reach threads started after `start` through the writer thread's
+    /// poll of `/proc/self/task` every 20 ms: a thread that lives less than that may go
+    /// unsampled. Programs run under libcpuprof.so (LD_PRELOAD or `-lcpuprof`) arm threads
+    /// as they start instead, through its `pthread_create` interposer.
+    pub fn timer(mut self, timer: TimerChoice) -> Self {
+        self.options.timer = timer;
         self
     }
 

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Sampling accuracy: samples per CPU-second at several requested frequencies (1 and 4
+threads) and per-thread shares of a 1:2:3:4 workload, for gperftools' libprofiler.so and each
+cpuprof timer, interleaved in the same run; medians over rounds.
+
+    python3 bench/sampling_accuracy.py [--rounds 3]
+
+Needs cc and libgoogle-perftools-dev."""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GPERFTOOLS = "/usr/lib/x86_64-linux-gnu/libprofiler.so"
+CONFIGS = {
+    "gperftools setitimer": (GPERFTOOLS, {}),
+    "gperftools per-thread": (GPERFTOOLS, {"CPUPROFILE_PER_THREAD_TIMERS": "1"}),
+    "cpuprof itimer": (None, {"CPUPROFILE_TIMER": "itimer"}),
+    "cpuprof thread": (None, {"CPUPROFILE_TIMER": "thread"}),
+    "cpuprof perf": (None, {"CPUPROFILE_TIMER": "perf"}),
+}
+
+
+def build(workdir):
+    subprocess.run(["cargo", "build", "-q", "--release", "-p", "cpuprof-preload", "-p", "cpuprof-cli"], cwd=ROOT,
+                   check=True)
+    exes = {}
+    for name in ["hot", "threads"]:
+        exes[name] = os.path.join(workdir, name)
+        subprocess.run(["cc", "-O2", "-g", "-fno-omit-frame-pointer", os.path.join(ROOT, f"tests/c/{name}.c"), "-o",
+                        exes[name], "-lpthread"], check=True)
+    return exes
+
+
+def run(exe, args, library, env, hz, profile):
+    full_env = dict(os.environ, LD_PRELOAD=library, CPUPROFILE=profile, CPUPROFILE_FREQUENCY=str(hz), **env)
+    out = subprocess.run([exe] + args, capture_output=True, text=True, check=True, env=full_env).stdout
+    cpu = float(re.search(r"^cpu (\S+)", out, re.M).group(1))
+    return cpu
+
+
+def top(profile):
+    """cpuprof top --cum as {function: (samples, cum%)}."""
+    cli = os.path.join(ROOT, "target/release/cpuprof")
+    out = subprocess.run([cli, "top", "--cum", "-n", "1000", profile], capture_output=True, text=True).stdout
+    total = re.search(r"Total: (\d+) samples", out)
+    rows = {}
+    for line in out.splitlines()[2:]:
+        cols = line.split()
+        if len(cols) >= 6:
+            rows[cols[5]] = float(cols[4].rstrip("%"))
+    return (int(total.group(1)) if total else 0), rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as workdir:
+        exes = build(workdir)
+        cpuprof = os.path.join(ROOT, "target/release/libcpuprof.so")
+        profile = os.path.join(workdir, "bench.prof")
+        rates = {(name, threads, hz): [] for name in CONFIGS for threads in (1, 4) for hz in (100, 1000, 4000)}
+        shares = {name: {k: [] for k in range(1, 5)} for name in CONFIGS}
+        for _ in range(args.rounds):
+            for name, (library, env) in CONFIGS.items():
+                library = library or cpuprof
+                for hz in (100, 1000, 4000):
+                    for threads, exe, exe_args in ((1, exes["hot"], ["2"]), (4, exes["threads"], ["4", "0.25"])):
+                        cpu = run(exe, exe_args, library, env, hz, profile)
+                        rates[(name, threads, hz)].append(top(profile)[0] / cpu)
+                run(exes["threads"], ["4", "0.5"], library, env, 1000, profile)
+                _, rows = top(profile)
+                for k in range(1, 5):
+                    shares[name][k].append(rows.get(f"burn_{k}", 0.0))
+        print(f"Samples per CPU-second (median of {args.rounds} rounds; ideal = requested)\n")
+        print("| timer | 1 thread 100 Hz | 1 thread 1000 Hz | 1 thread 4000 Hz | 4 threads 100 Hz | 4 threads 1000 Hz "
+              "| 4 threads 4000 Hz |")
+        print("|---|---|---|---|---|---|---|")
+        for name in CONFIGS:
+            cells = [f"{statistics.median(rates[(name, t, hz)]):.0f}" for t in (1, 4) for hz in (100, 1000, 4000)]
+            print(f"| {name} | " + " | ".join(cells) + " |")
+        print(f"\nShares of 4 threads doing 1:2:3:4 units of work at 1000 Hz (ideal 10/20/30/40 %)\n")
+        print("| timer | thread 1 | thread 2 | thread 3 | thread 4 | worst error (points) |")
+        print("|---|---|---|---|---|---|")
+        for name in CONFIGS:
+            med = [statistics.median(shares[name][k]) for k in range(1, 5)]
+            worst = max(abs(m - 10 * k) for k, m in zip(range(1, 5), med))
+            print(f"| {name} | " + " | ".join(f"{m:.1f}" for m in med) + f" | {worst:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
