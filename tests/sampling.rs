@@ -117,3 +117,21 @@ fn itimer_is_still_available_and_capped_by_the_tick() {
         "itimer at 1000 Hz covers {sampled:.2} s of {cpu:.2} s CPU"
     );
 }
+
+#[test]
+fn overrun_weighting_keeps_posix_timer_totals_right() {
+    // POSIX thread timers fire on the 250 Hz tick; at 1000 and 4000 Hz each signal must count
+    // 1 + si_overrun samples for the total to match the CPU time.
+    let dir = scratch_dir("overrun");
+    let hot = compile_c(&dir, "hot.c", "hot", FP_FLAGS, false);
+    for hz in ["1000", "4000"] {
+        let profile = dir.join(format!("{hz}.prof"));
+        let out = run_preloaded(
+            &hot,
+            &["1.5"],
+            &profile,
+            &[("CPUPROFILE_FREQUENCY", hz), ("CPUPROFILE_TIMER", "thread")],
+        );
+        assert_total_matches_cpu(&format!("POSIX thread timer at {hz} Hz"), &profile, &out);
+    }
+}
