@@ -45,6 +45,14 @@ struct Timers {
     armed: HashMap<libc::pid_t, Armed>,
     /// cpuprof's own threads, never armed.
     excluded: Vec<libc::pid_t>,
+    /// The process profiling. A forked child inherits this registry but not the session's
+    /// timers or writer: it must not arm its threads.
+    pid: u32,
+}
+
+/// The registry, if per-thread timers run in this process (not in a forked child).
+fn running(timers: &mut Option<Timers>) -> Option<&mut Timers> {
+    timers.as_mut().filter(|t| t.pid == std::process::id())
 }
 
 /// The per-thread timers of the running session, if it uses them.
@@ -66,6 +74,7 @@ pub fn start(kind: ThreadTimerKind, signal: c_int, period_ns: u64, excluded: Vec
         period_ns,
         armed: HashMap::new(),
         excluded,
+        pid: std::process::id(),
     };
     arm_missing(&mut timers, &current_tids())?;
     *TIMERS.lock() = Some(timers);
@@ -101,17 +110,12 @@ pub fn close(perf_fds: Vec<c_int>) {
     }
 }
 
-/// The kind in use, if per-thread timers are running.
-pub fn running_kind() -> Option<ThreadTimerKind> {
-    TIMERS.lock().as_ref().map(|t| t.kind)
-}
-
 /// Arms the calling thread if per-thread timers are running, and makes sure its timer is
 /// deleted when it exits. Called at the start of every thread created through
 /// `pthread_create` under libcpuprof.so, and by `ProfilerRegisterThread`.
 pub fn on_thread_start() {
     let tid = gettid();
-    if let Some(t) = TIMERS.lock().as_mut() {
+    if let Some(t) = running(&mut TIMERS.lock()) {
         let _ = arm_missing(t, &[tid]);
     }
     // SAFETY: a non-null value makes the key's destructor run when this thread exits.
@@ -121,7 +125,7 @@ pub fn on_thread_start() {
 /// Arms threads that appeared and disarms threads that are gone. Run by the writer thread.
 pub fn sync_with_tasks() {
     let tids = current_tids();
-    if let Some(t) = TIMERS.lock().as_mut() {
+    if let Some(t) = running(&mut TIMERS.lock()) {
         let gone: Vec<libc::pid_t> = t.armed.keys().filter(|tid| !tids.contains(tid)).copied().collect();
         for tid in gone {
             if let Some(armed) = t.armed.remove(&tid) {
@@ -155,7 +159,7 @@ fn arm_missing(t: &mut Timers, tids: &[libc::pid_t]) -> io::Result<()> {
 /// Deletes the calling thread's timer at thread exit (pthread key destructor).
 extern "C" fn on_thread_exit(_value: *mut c_void) {
     let tid = gettid();
-    if let Some(t) = TIMERS.lock().as_mut() {
+    if let Some(t) = running(&mut TIMERS.lock()) {
         if let Some(armed) = t.armed.remove(&tid) {
             disarm(armed, Some(t.signal));
         }
