@@ -292,33 +292,28 @@ struct PerfEventAttr {
 }
 
 fn arm_perf(tid: libc::pid_t, signal: c_int, period_ns: u64) -> io::Result<c_int> {
-    let mut attr = PerfEventAttr {
+    let attr = PerfEventAttr {
         kind: PERF_TYPE_SOFTWARE,
         size: std::mem::size_of::<PerfEventAttr>() as u32,
         config: PERF_COUNT_SW_CPU_CLOCK,
         sample_period: period_ns,
-        flags: ATTR_DISABLED | ATTR_EXCLUDE_HV,
+        // User time only: an overflow while the thread is in the kernel would queue a signal
+        // that an `execve` in progress carries into the new program, which dies of it. In
+        // user mode the signal is delivered at once, on the interrupt's return.
+        flags: ATTR_DISABLED | ATTR_EXCLUDE_KERNEL | ATTR_EXCLUDE_HV,
         wakeup_events: 1,
         ..Default::default()
     };
     // SAFETY: perf_event_open with a valid attribute; fcntl/ioctl on the fd it returns.
     unsafe {
-        let open = |attr: &PerfEventAttr| {
-            libc::syscall(
-                libc::SYS_perf_event_open,
-                attr as *const PerfEventAttr,
-                tid,
-                -1,
-                -1,
-                PERF_FLAG_FD_CLOEXEC,
-            ) as c_int
-        };
-        let mut fd = open(&attr);
-        if fd < 0 {
-            // Unprivileged under perf_event_paranoid >= 2: user-space time only.
-            attr.flags |= ATTR_EXCLUDE_KERNEL;
-            fd = open(&attr);
-        }
+        let fd = libc::syscall(
+            libc::SYS_perf_event_open,
+            &attr as *const PerfEventAttr,
+            tid,
+            -1,
+            -1,
+            PERF_FLAG_FD_CLOEXEC,
+        ) as c_int;
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }

@@ -1,14 +1,22 @@
-//! Process-wide interval timers that drive sampling.
+//! The process-wide timer that drives sampling in gperftools' way (`CPUPROFILE_TIMER=itimer`
+//! and `CPUPROFILE_REALTIME`): one timer for the whole process, its signal delivered to
+//! whichever thread is running.
+//!
+//! It is a POSIX timer (`timer_create` with `SIGEV_SIGNAL`) rather than `setitimer`, which
+//! has the same semantics but survives `execve`: the new program, which has not installed
+//! a handler, would then be killed by the next expiry ("Profiling timer expired"). POSIX timers
+//! are deleted by `execve`.
 
+use parking_lot::Mutex;
 use std::ffi::c_int;
 use std::io;
 
 /// Which clock drives the samples.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Clock {
-    /// CPU time of the process (`ITIMER_PROF`, `SIGPROF`): the default.
+    /// CPU time of the process, `SIGPROF`: the default.
     ProcessCpu,
-    /// Wall-clock time (`ITIMER_REAL`, `SIGALRM`): `CPUPROFILE_REALTIME`.
+    /// Wall-clock time, `SIGALRM`: `CPUPROFILE_REALTIME`.
     Real,
 }
 
@@ -20,27 +28,55 @@ impl Clock {
         }
     }
 
-    fn which(self) -> libc::c_int {
+    fn clock_id(self) -> libc::clockid_t {
         match self {
-            Clock::ProcessCpu => libc::ITIMER_PROF,
-            Clock::Real => libc::ITIMER_REAL,
+            Clock::ProcessCpu => libc::CLOCK_PROCESS_CPUTIME_ID,
+            Clock::Real => libc::CLOCK_MONOTONIC,
         }
     }
 }
 
-/// Arms the timer to fire every `period_us` microseconds (0 disarms it).
-pub fn set_interval(clock: Clock, period_us: u64) -> io::Result<()> {
-    let tv = libc::timeval {
-        tv_sec: (period_us / 1_000_000) as libc::time_t,
-        tv_usec: (period_us % 1_000_000) as libc::suseconds_t,
-    };
-    let value = libc::itimerval {
-        it_interval: tv,
-        it_value: tv,
-    };
-    // SAFETY: setitimer with a valid itimerval.
-    if unsafe { libc::setitimer(clock.which(), &value, std::ptr::null_mut()) } != 0 {
-        return Err(io::Error::last_os_error());
+struct Armed(libc::timer_t);
+// SAFETY: timer_t is an opaque kernel id, only passed to timer_delete.
+unsafe impl Send for Armed {}
+
+static TIMER: Mutex<Option<Armed>> = parking_lot::const_mutex(None);
+
+/// Arms the process timer to fire every `period_us` microseconds.
+pub fn start(clock: Clock, period_us: u64) -> io::Result<()> {
+    // SAFETY: timer_create / timer_settime with initialised structures.
+    unsafe {
+        let mut event: libc::sigevent = std::mem::zeroed();
+        event.sigev_notify = libc::SIGEV_SIGNAL;
+        event.sigev_signo = clock.signal();
+        let mut id: libc::timer_t = std::ptr::null_mut();
+        if libc::timer_create(clock.clock_id(), &mut event, &mut id) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let period = libc::timespec {
+            tv_sec: (period_us / 1_000_000) as libc::time_t,
+            tv_nsec: ((period_us % 1_000_000) * 1000) as libc::c_long,
+        };
+        let spec = libc::itimerspec {
+            it_interval: period,
+            it_value: period,
+        };
+        if libc::timer_settime(id, 0, &spec, std::ptr::null_mut()) != 0 {
+            let e = io::Error::last_os_error();
+            libc::timer_delete(id);
+            return Err(e);
+        }
+        if let Some(Armed(old)) = TIMER.lock().replace(Armed(id)) {
+            libc::timer_delete(old);
+        }
     }
     Ok(())
+}
+
+/// Deletes the process timer.
+pub fn stop() {
+    if let Some(Armed(id)) = TIMER.lock().take() {
+        // SAFETY: our own timer.
+        unsafe { libc::timer_delete(id) };
+    }
 }

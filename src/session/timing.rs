@@ -33,14 +33,14 @@ pub fn choose(options: &Options) -> Result<(SampleSource, c_int), Error> {
             Err(e) => eprintln!("cpuprof: {} unavailable ({e}); falling back", describe(kind)),
         }
     }
-    eprintln!("cpuprof: using the process-wide setitimer timer (at most one sample per kernel tick)");
+    eprintln!("cpuprof: using a process-wide CPU timer (at most one sample per kernel tick)");
     process_timer(Clock::ProcessCpu)
 }
 
 /// Arms the chosen source. `excluded`: threads never to sample (cpuprof's own).
 pub fn start(source: SampleSource, signal: c_int, options: &Options, excluded: Vec<libc::pid_t>) -> Result<(), Error> {
     match source {
-        SampleSource::ProcessTimer(clock) => timer::set_interval(clock, options.period_us()),
+        SampleSource::ProcessTimer(clock) => timer::start(clock, options.period_us()),
         SampleSource::ThreadTimers(kind) => {
             let period_ns = 1_000_000_000 / u64::from(options.frequency.max(1));
             thread_timers::start(kind, signal, period_ns, excluded)
@@ -52,8 +52,8 @@ pub fn start(source: SampleSource, signal: c_int, options: &Options, excluded: V
 /// Disarms the source. Returns perf event fds to close once no handler can use them.
 pub fn stop(source: SampleSource) -> Vec<c_int> {
     match source {
-        SampleSource::ProcessTimer(clock) => {
-            let _ = timer::set_interval(clock, 0);
+        SampleSource::ProcessTimer(_) => {
+            timer::stop();
             Vec::new()
         }
         SampleSource::ThreadTimers(_) => thread_timers::stop(),
