@@ -159,7 +159,7 @@ const QUIESCE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Waits until no handler is running. Any handler that loaded a pointer before it was
 /// swapped out had incremented IN_FLIGHT first (SeqCst), so afterwards none can still hold it.
-fn wait_for_handlers() -> bool {
+pub fn wait_for_handlers() -> bool {
     let deadline = Instant::now() + QUIESCE_TIMEOUT;
     while IN_FLIGHT.load(Ordering::SeqCst) != 0 {
         if Instant::now() > deadline {

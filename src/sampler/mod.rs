@@ -9,8 +9,8 @@ mod walk_stack;
 
 pub use context::interrupted_registers;
 pub use handler::{
-    on_profiling_signal, publish, refresh_dwarf, set_dwarf, unpublish, SampleSource, SamplerState, ThreadFilter,
-    UnwinderChoice,
+    on_profiling_signal, publish, refresh_dwarf, set_dwarf, unpublish, wait_for_handlers, SampleSource, SamplerState,
+    ThreadFilter, UnwinderChoice,
 };
 pub use signals::SignalError;
 pub use timer::Clock;

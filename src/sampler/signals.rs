@@ -70,6 +70,15 @@ pub fn install(signal: c_int, handler: SigInfoHandler) -> Result<(), SignalError
     Ok(())
 }
 
+/// Whether `handler` is the current handler of `signal`.
+pub fn is_installed(signal: c_int, handler: SigInfoHandler) -> bool {
+    // SAFETY: queries the current disposition.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(signal, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == handler as usize
+    }
+}
+
 /// Whether `signal` has the default disposition (no handler, not ignored).
 pub fn is_unhandled(signal: c_int) -> bool {
     // SAFETY: queries the current disposition.

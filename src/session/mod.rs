@@ -16,6 +16,7 @@ use crate::sampler::{self, SampleSource, SamplerState};
 pub use options::Options;
 use std::fs::File;
 use std::io::BufWriter;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -70,10 +71,21 @@ impl Session {
     /// Creates the file, writes the header, and starts sampling.
     pub fn start(path: &Path, options: Options) -> Result<Session, Error> {
         let (source, signal) = timing::choose(&options)?;
-        let file = File::create(path).map_err(|source| Error::Open {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        // O_NOFOLLOW: a symbolic link planted at the profile's path must not redirect the
+        // write (and the truncation) to another file.
+        let file = File::options()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+            .map_err(|source| Error::Open {
+                path: path.to_path_buf(),
+                source: match source.raw_os_error() {
+                    Some(libc::ELOOP) => std::io::Error::other("it is a symbolic link, which cpuprof does not follow"),
+                    _ => source,
+                },
+            })?;
         let writer = ProfileWriter::new(
             BufWriter::with_capacity(1 << 16, file),
             SlotFormat::NATIVE,
@@ -107,7 +119,7 @@ impl Session {
                 .name("cpuprof-writer".into())
                 .spawn(move || {
                     let _ = tid_tx.send(sampler::thread_timers::gettid());
-                    writer::run(state, out, control, signal)
+                    writer::run(state, out, control, signal, source)
                 })
                 .map_err(Error::Spawn)?;
             (thread, tid_rx.recv().ok())

@@ -2,7 +2,7 @@
 
 use super::options::{Options, TimerChoice};
 use crate::error::Error;
-use crate::sampler::signals::{self, signal_name, SignalError};
+use crate::sampler::signals;
 use crate::sampler::thread_timers::{self, ThreadTimerKind};
 use crate::sampler::{on_profiling_signal, timer, Clock, SampleSource};
 use std::ffi::c_int;
@@ -20,7 +20,7 @@ pub fn choose(options: &Options) -> Result<(SampleSource, c_int), Error> {
         Some(signal) => signals::install(signal, on_profiling_signal)
             .map(|()| signal)
             .map_err(Error::Signal)?,
-        None => sigprof_or_free_realtime_signal()?,
+        None => free_realtime_signal()?,
     };
     let period_ns = 1_000_000_000 / u64::from(options.frequency.max(1));
     let kinds: &[ThreadTimerKind] = match options.timer {
@@ -67,23 +67,35 @@ fn describe(kind: ThreadTimerKind) -> &'static str {
     }
 }
 
-/// SIGPROF, or, when the application has its own SIGPROF handler, the highest real-time
-/// signal nobody handles (applications tend to use the low ones). The application's handler
-/// is never touched.
-fn sigprof_or_free_realtime_signal() -> Result<c_int, Error> {
-    match signals::install(libc::SIGPROF, on_profiling_signal) {
-        Ok(()) => return Ok(libc::SIGPROF),
-        Err(SignalError::InUse { .. }) => {}
-        Err(e) => return Err(Error::Signal(e)),
-    }
+/// The highest real-time signal nobody handles (applications tend to use the low ones), for
+/// per-thread timers. Not SIGPROF: an application may install its own SIGPROF handler at any
+/// time (its own profiler, an itimer) and would then receive our signals; with a real-time
+/// signal of our own, its SIGPROF, handler and mask are never affected.
+fn free_realtime_signal() -> Result<c_int, Error> {
     for signal in (libc::SIGRTMIN()..=libc::SIGRTMAX()).rev() {
         if signals::is_unhandled(signal) && signals::install(signal, on_profiling_signal).is_ok() {
-            eprintln!(
-                "cpuprof: SIGPROF belongs to the application; sampling with {}",
-                signal_name(signal)
-            );
             return Ok(signal);
         }
     }
-    Err(Error::Signal(SignalError::InUse { signal: libc::SIGPROF }))
+    signals::install(libc::SIGPROF, on_profiling_signal)
+        .map(|()| libc::SIGPROF)
+        .map_err(Error::Signal)
+}
+
+/// Whether the application has replaced our handler for `signal` since sampling started.
+pub fn taken_over(signal: c_int) -> bool {
+    !signals::is_installed(signal, on_profiling_signal)
+}
+
+/// Stops sampling because the application took the signal over: our handler no longer runs,
+/// so the timers are disarmed now (perf fds closed once no handler of ours is in flight).
+pub fn stop_after_takeover(source: SampleSource, signal: c_int) {
+    eprintln!(
+        "cpuprof: the application installed its own handler for signal {signal}; profiling stops here \
+         (the profile keeps the samples taken so far)"
+    );
+    let perf_fds = stop(source);
+    if crate::sampler::wait_for_handlers() {
+        thread_timers::close(perf_fds);
+    }
 }

@@ -1,13 +1,15 @@
 //! The writer thread: moves samples from the table to the file while profiling runs.
 //!
-//! Every tick (20 ms) it resolves stack-range requests from the handlers, replaces the DWARF unwinder
+//! Every tick (20 ms) it checks that the application has not taken the profiling signal
+//! over (if it has, sampling stops rather than feed its handler), resolves stack-range requests from the handlers, replaces the DWARF unwinder
 //! if libraries were loaded or unloaded, and drains evicted records.
 //! It also harvests the counts held in the table, first after one second and then at doubling
 //! intervals up to 30 s, so that a process killed without warning leaves a readable file with
 //! recent samples, while a long-running server does not grow its file with every tick.
 
+use super::timing;
 use super::OutputFile;
-use crate::sampler::{self, signals, SamplerState};
+use crate::sampler::{self, signals, SampleSource, SamplerState};
 use crate::unwind::dwarf::loaded_objects_generation;
 use crate::unwind::THREAD_STACKS;
 use parking_lot::{Condvar, Mutex};
@@ -58,11 +60,13 @@ pub fn run(
     mut out: OutputFile,
     control: Arc<WriterControl>,
     profiling_signal: i32,
+    source: SampleSource,
 ) -> OutputFile {
     signals::block_in_current_thread(profiling_signal);
     let mut harvest_interval = FIRST_HARVEST;
     let mut next_harvest = Instant::now() + harvest_interval;
     let mut objects_seen = loaded_objects_generation();
+    let mut taken_over = false;
     loop {
         let (stop, flush) = {
             let mut s = control.state.lock();
@@ -73,6 +77,10 @@ pub fn run(
         };
         if stop {
             return out;
+        }
+        if !taken_over && timing::taken_over(profiling_signal) {
+            taken_over = true;
+            timing::stop_after_takeover(source, profiling_signal);
         }
         THREAD_STACKS.resolve_requests();
         sampler::thread_timers::sync_with_tasks();

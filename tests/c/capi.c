@@ -7,6 +7,8 @@
  *                      per-thread timers it samples with another signal; with setitimer it
  *                      cannot start)
  *   capi stack         ProfilerGetStackTrace from three nested functions
+ *   capi race PATH     8 threads start, flush, query and stop profiles at once, 25 times each
+ *   capi afterstop PATH  SIGPROF arriving after ProfilerStop must be harmless
  * Prints "key value" lines for the test to check. */
 #include <gperftools/profiler.h>
 #include <pthread.h>
@@ -65,6 +67,22 @@ __attribute__((noinline)) void f3(void) { trace_depth = ProfilerGetStackTrace((v
 __attribute__((noinline)) void f2(void) { f3(); __asm__ volatile(""); }
 __attribute__((noinline)) void f1(void) { f2(); __asm__ volatile(""); }
 
+static const char *race_path;
+static void *race_thread(void *arg) {
+  long id = (long)arg;
+  char path[4096];
+  for (int i = 0; i < 25; i++) {
+    snprintf(path, sizeof path, "%s.%ld", race_path, id);
+    int started = ProfilerStart(path);
+    allowed_work(0.002);
+    ProfilerFlush();
+    struct ProfilerState s;
+    ProfilerGetCurrentState(&s);
+    if (started) ProfilerStop();
+  }
+  return NULL;
+}
+
 static void print_state(const char *when) {
   struct ProfilerState s;
   memset(&s, 0x55, sizeof s);
@@ -114,6 +132,17 @@ int main(int argc, char **argv) {
     void *fns[3] = {(void *)f3, (void *)f2, (void *)f1};
     for (int i = 0; i < 3 && i < trace_depth; i++)
       printf("frame%d_offset %ld\n", i, (long)((uintptr_t)trace[i] - (uintptr_t)fns[i]));
+  } else if (!strcmp(mode, "race")) {
+    race_path = path;
+    pthread_t t[8];
+    for (long i = 0; i < 8; i++) pthread_create(&t[i], NULL, race_thread, (void *)i);
+    for (int i = 0; i < 8; i++) pthread_join(t[i], NULL);
+  } else if (!strcmp(mode, "afterstop")) {
+    if (!ProfilerStart(path)) return 3;
+    allowed_work(0.3);
+    ProfilerStop();
+    for (int i = 0; i < 10; i++) raise(SIGPROF);
+    puts("survived");
   } else {
     return 2;
   }

@@ -1,0 +1,258 @@
+//! Hostile programs (tests/c/hostile.c, tests/c/capi.c): with the profiler they must behave
+//! exactly as without it — same output, same exit status — and leave a valid profile.
+//! Each condition runs under every timer kind. docs/HOSTILE.md lists the conditions.
+
+mod support;
+
+use cpuprof::format::Profile;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use support::*;
+
+const TIMERS: &[&str] = &["auto", "thread", "itimer"];
+
+fn hostile() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let dir = scratch_dir("hostile-bin");
+            compile_c(
+                &dir,
+                "hostile.c",
+                "hostile",
+                &["-O1", "-fno-omit-frame-pointer", "-mno-red-zone"],
+                false,
+            )
+        })
+        .clone()
+}
+
+fn run(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(program)
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
+}
+
+/// Runs `mode` plainly and under each timer; asserts identical stdout and exit status.
+/// Returns the profiles written.
+fn behaves_the_same(mode: &str) -> Vec<PathBuf> {
+    let prog = hostile();
+    let plain = run(&prog, &[mode], &[]);
+    let dir = scratch_dir(&format!("hostile-{mode}"));
+    TIMERS
+        .iter()
+        .map(|timer| {
+            let profile = dir.join(format!("{timer}.prof"));
+            let env = [
+                ("LD_PRELOAD", lib().to_str().unwrap()),
+                ("CPUPROFILE", profile.to_str().unwrap()),
+                ("CPUPROFILE_FREQUENCY", "1000"),
+                ("CPUPROFILE_TIMER", timer),
+            ];
+            let profiled = run(&prog, &[mode], &env);
+            assert_eq!(
+                profiled.status.code(),
+                plain.status.code(),
+                "{mode} under {timer}: exit status"
+            );
+            assert_eq!(
+                profiled.status.to_string(),
+                plain.status.to_string(),
+                "{mode} under {timer}"
+            );
+            assert_eq!(
+                String::from_utf8_lossy(&profiled.stdout),
+                String::from_utf8_lossy(&plain.stdout),
+                "{mode} under {timer}: output; stderr: {}",
+                String::from_utf8_lossy(&profiled.stderr)
+            );
+            profile
+        })
+        .collect()
+}
+
+fn assert_valid(profiles: &[PathBuf]) {
+    for p in profiles {
+        Profile::parse(&std::fs::read(p).unwrap()).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    }
+}
+
+#[test]
+fn recursion_100000_frames_deep() {
+    assert_valid(&behaves_the_same("deep"));
+}
+
+#[test]
+fn thread_on_a_64_kib_stack_near_exhaustion() {
+    assert_valid(&behaves_the_same("smallstack"));
+}
+
+#[test]
+fn threads_inside_their_own_sigusr1_and_sigsegv_handlers() {
+    assert_valid(&behaves_the_same("inhandler"));
+}
+
+#[test]
+fn generated_code_without_unwind_info_and_garbage_rbp() {
+    assert_valid(&behaves_the_same("jit"));
+}
+
+#[test]
+fn threads_that_block_every_signal() {
+    assert_valid(&behaves_the_same("blockall"));
+}
+
+#[test]
+fn fork_without_exec_leaves_the_parent_profile_alone() {
+    let profiles = behaves_the_same("fork");
+    assert_valid(&profiles);
+    for p in &profiles {
+        let dir = p.parent().unwrap();
+        let stray: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().contains(".prof_"))
+            .collect();
+        assert!(
+            stray.is_empty(),
+            "the forked child writes no profile of its own: {stray:?}"
+        );
+        // The parent burnt 0.6 s; the child's 0.3 s must not be in (or corrupt) its file.
+        let seconds = {
+            let prof = Profile::parse(&std::fs::read(p).unwrap()).unwrap();
+            prof.total_samples() as f64 * prof.period_us as f64 / 1e6
+        };
+        assert!(seconds < 0.75, "{}: {seconds:.2} s sampled", p.display());
+    }
+}
+
+#[test]
+fn fork_exec_vfork_posix_spawn_and_system_in_a_loop() {
+    assert_valid(&behaves_the_same("spawn"));
+}
+
+#[test]
+fn exec_into_a_program_without_the_profiler_survives() {
+    // execve replaces the process: its profile gets no trailer, but what was flushed before
+    // stays readable, and the new program must not die of a profiling signal.
+    for p in behaves_the_same("exec") {
+        Profile::parse_lenient(&std::fs::read(&p).unwrap()).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    }
+}
+
+#[test]
+fn interrupted_system_calls_fail_no_more_than_without_the_profiler() {
+    assert_valid(&behaves_the_same("syscalls"));
+}
+
+#[test]
+fn an_application_installing_its_own_sigprof_timer_after_start() {
+    assert_valid(&behaves_the_same("ownsig"));
+}
+
+#[test]
+fn killed_by_sigsegv_leaves_readable_records() {
+    for p in behaves_the_same("segv") {
+        let (profile, defect) = Profile::parse_lenient(&std::fs::read(&p).unwrap()).unwrap();
+        assert!(
+            defect.is_some() && profile.total_samples() >= 100,
+            "{}: {} samples",
+            p.display(),
+            profile.total_samples()
+        );
+    }
+}
+
+#[test]
+fn start_and_stop_from_many_threads_at_once() {
+    let dir = scratch_dir("race");
+    let prog = compile_c(&dir, "capi.c", "capi", &["-O2", "-fno-omit-frame-pointer"], true);
+    let base = dir.join("race.prof");
+    for timer in TIMERS {
+        let out = run_ok(&prog, &["race", base.to_str().unwrap()], &[("CPUPROFILE_TIMER", timer)]);
+        assert!(String::from_utf8_lossy(&out.stdout).contains("done"));
+        for i in 0..8 {
+            let p = dir.join(format!("race.prof.{i}"));
+            if p.exists() {
+                Profile::parse(&std::fs::read(&p).unwrap()).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            }
+        }
+    }
+}
+
+#[test]
+fn a_profiling_signal_after_stop_is_harmless() {
+    let dir = scratch_dir("afterstop");
+    let prog = compile_c(&dir, "capi.c", "capi", &["-O2", "-fno-omit-frame-pointer"], true);
+    let out = run_ok(
+        &prog,
+        &["afterstop", dir.join("a.prof").to_str().unwrap()],
+        &[("CPUPROFILE_TIMER", "itimer")],
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("survived"));
+}
+
+#[test]
+fn a_symlink_at_the_output_path_is_not_followed() {
+    let dir = scratch_dir("symlink");
+    let victim = dir.join("victim.txt");
+    std::fs::write(&victim, "precious").unwrap();
+    let link = dir.join("link.prof");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let prog = hostile();
+    let out = run(
+        &prog,
+        &["blockall"],
+        &[
+            ("LD_PRELOAD", lib().to_str().unwrap()),
+            ("CPUPROFILE", link.to_str().unwrap()),
+        ],
+    );
+    assert!(out.status.success());
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("symbolic link") && stderr.contains("link.prof"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_full_disk_is_reported_and_the_program_runs_on() {
+    let dir = scratch_dir("fulldisk");
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=16k", "tmpfs"])
+        .arg(&dir)
+        .status();
+    if !mounted.is_ok_and(|s| s.success()) {
+        eprintln!("skipped: mounting a small tmpfs needs root (CI runs as root)");
+        return;
+    }
+    let profile = dir.join("full.prof");
+    let prog = hostile();
+    let plain = run(&prog, &["distinct"], &[]);
+    let out = run(
+        &prog,
+        &["distinct"],
+        &[
+            ("LD_PRELOAD", lib().to_str().unwrap()),
+            ("CPUPROFILE", profile.to_str().unwrap()),
+        ],
+    );
+    let bytes = std::fs::read(&profile).unwrap();
+    let _ = Command::new("umount").arg(&dir).status();
+    assert_eq!(out.status.code(), plain.status.code());
+    assert_eq!(out.stdout, plain.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("No space left on device") && stderr.contains("full.prof"),
+        "{stderr}"
+    );
+    let (partial, _) = Profile::parse_lenient(&bytes).unwrap();
+    assert!(
+        partial.records > 0,
+        "the records written before the disk filled are readable"
+    );
+}
