@@ -76,7 +76,7 @@ fn values(out: &std::process::Output) -> HashMap<String, String> {
 }
 
 #[test]
-fn ten_thousand_short_threads_leave_no_timers_behind() {
+fn thirty_thousand_short_threads_leave_no_timers_behind() {
     let dir = scratch_dir("churn");
     let prog = compile_c(&dir, "churn.c", "churn", &["-O2"], false);
     for timer in ["thread", "perf"] {
