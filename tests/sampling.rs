@@ -82,7 +82,7 @@ fn thirty_thousand_short_threads_leave_no_timers_behind() {
     for timer in ["thread", "perf"] {
         let out = run_preloaded(
             &prog,
-            &["10000"],
+            &["30000"],
             &dir.join(format!("{timer}.prof")),
             &[("CPUPROFILE_TIMER", timer)],
         );
