@@ -4,17 +4,30 @@
 //! ([`CallChainTable::record`]) is async-signal-safe: no allocation, no locks, no system calls,
 //! no panics on any input. Several handlers may run it at once.
 //!
-//! Each entry has a state word `[tag:30][count:32][state:2]` and a row of `1 + max_depth`
-//! slots holding the chain's length and PCs. A row is written only by a thread that moved the
-//! word to `BUSY` with a CAS, and becomes visible by the `Release` store of a `READY` word.
-//! Readers compare a row between loading the word and a CAS on that same word, so a row that
-//! was replaced meanwhile makes the CAS fail (the replacement changes the tag and count).
+//! Each entry has a state word `[tag:22][generation:8][count:32][state:2]` and a row of
+//! `1 + max_depth` slots holding the chain's length and PCs. A row is written only by a thread
+//! that moved the word to `BUSY` with a CAS, and becomes visible by the `Release` store of a
+//! `READY` word whose generation is one more than before. Readers compare or copy a row
+//! between loading the word and a CAS on that same word, so a row that was rewritten meanwhile
+//! makes the CAS fail. The generation is what guarantees this: without it, an entry evicted and
+//! refilled with the *same* chain and count during a copy restores the very same word, and the
+//! CAS would accept a torn copy (found by the loom model below). The tag is only a prefilter
+//! before the full comparison of rows.
 
 mod ring;
 
 pub use ring::EvictionRing;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+/// The atomics the table is built from: std's, or loom's when model-checking
+/// (see Cargo.toml for the command).
+mod atomic {
+    #[cfg(loom)]
+    pub use loom::sync::atomic::{AtomicU64, Ordering};
+    #[cfg(not(loom))]
+    pub use std::sync::atomic::{AtomicU64, Ordering};
+}
+
+use atomic::{AtomicU64, Ordering};
 
 const EMPTY: u64 = 0;
 const BUSY: u64 = 1;
@@ -22,7 +35,9 @@ const READY: u64 = 2;
 const STATE_MASK: u64 = 3;
 const COUNT_SHIFT: u32 = 2;
 const COUNT_MAX: u64 = u32::MAX as u64;
-const TAG_SHIFT: u32 = 34;
+const GENERATION_SHIFT: u32 = 34;
+const GENERATION_MASK: u64 = 0xff;
+const TAG_SHIFT: u32 = 42;
 /// How often `record` retries after losing a race before it counts the sample as lost.
 const MAX_ATTEMPTS: usize = 8;
 
@@ -175,7 +190,11 @@ impl CallChainTable {
         for (slot, &pc) in row[1..].iter().zip(pcs) {
             slot.store(pc, Ordering::Relaxed);
         }
-        self.words[i].store(tag << TAG_SHIFT | weight << COUNT_SHIFT | READY, Ordering::Release);
+        let generation = ((word >> GENERATION_SHIFT) + 1) & GENERATION_MASK;
+        self.words[i].store(
+            tag << TAG_SHIFT | generation << GENERATION_SHIFT | weight << COUNT_SHIFT | READY,
+            Ordering::Release,
+        );
         Attempt::Done
     }
 
@@ -244,6 +263,7 @@ fn hash_chain(pcs: &[u64]) -> u64 {
 }
 
 /// A slice of zeroed atomics from `alloc_zeroed`, so that untouched pages cost no memory.
+#[cfg(not(loom))]
 pub(crate) fn zeroed_atomics(n: usize) -> Box<[AtomicU64]> {
     let n = n.max(1);
     let layout = std::alloc::Layout::array::<AtomicU64>(n).expect("table size overflows");
@@ -258,7 +278,13 @@ pub(crate) fn zeroed_atomics(n: usize) -> Box<[AtomicU64]> {
     }
 }
 
-#[cfg(test)]
+/// Loom's atomics cannot be made from zeroed memory.
+#[cfg(loom)]
+pub(crate) fn zeroed_atomics(n: usize) -> Box<[AtomicU64]> {
+    (0..n.max(1)).map(|_| AtomicU64::new(0)).collect()
+}
+
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use std::collections::HashMap;
@@ -413,5 +439,62 @@ mod tests {
                 "chain {k:?} over-counted or invented"
             );
         }
+    }
+}
+
+/// Model checks: every interleaving (up to loom's preemption bound) of handlers recording
+/// into a one-entry table, forcing eviction races, while the writer drains and harvests.
+#[cfg(all(test, loom))]
+mod loom {
+    use super::*;
+    use ::loom::sync::Arc;
+    use ::loom::thread;
+    use std::collections::HashMap;
+
+    fn collect(t: &CallChainTable, into: &mut HashMap<Vec<u64>, u64>) {
+        let mut add = |c: u64, pcs: &[u64]| *into.entry(pcs.to_vec()).or_insert(0) += c;
+        t.drain_evicted(&mut add);
+        t.harvest(&mut add);
+    }
+
+    #[test]
+    fn concurrent_records_evictions_and_harvests_lose_and_double_nothing() {
+        ::loom::model(|| {
+            let t = Arc::new(CallChainTable::new(TableConfig {
+                buckets: 1,
+                ways: 1,
+                max_depth: 2,
+                ring_slots: 64,
+            }));
+            let handlers: Vec<_> = [[1u64, 2], [3, 4]]
+                .into_iter()
+                .map(|chain| {
+                    let t = t.clone();
+                    thread::spawn(move || {
+                        t.record(&chain, 1);
+                        t.record(&[1, 2], 1);
+                    })
+                })
+                .collect();
+            let mut seen = HashMap::new();
+            collect(&t, &mut seen); // the writer thread, concurrently
+            for h in handlers {
+                h.join().unwrap();
+            }
+            collect(&t, &mut seen);
+            let lost = t.stats.lost.load(Ordering::Relaxed);
+            let stored: u64 = seen.values().sum();
+            assert_eq!(
+                stored + lost,
+                4,
+                "every sample stored or counted lost: {seen:?}, lost {lost}"
+            );
+            assert!(seen.get(&vec![1, 2]).copied().unwrap_or(0) <= 3, "{seen:?}");
+            assert!(seen.get(&vec![3, 4]).copied().unwrap_or(0) <= 1, "{seen:?}");
+            assert!(
+                seen.keys().all(|k| *k == vec![1, 2] || *k == vec![3, 4]),
+                "no invented chain: {seen:?}"
+            );
+        });
     }
 }

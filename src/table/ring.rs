@@ -8,9 +8,9 @@
 //! header that is still 0 (reserved but not yet published). It zeroes what it consumed before
 //! advancing `consumed`, so producers always write into zeroed slots.
 
+use super::atomic::{AtomicU64, Ordering};
 use super::zeroed_atomics;
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 pub struct EvictionRing {
     slots: Box<[AtomicU64]>,
@@ -93,7 +93,7 @@ impl EvictionRing {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use std::sync::Arc;
