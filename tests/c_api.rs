@@ -88,7 +88,7 @@ fn an_application_owned_sigprof_is_left_alone() {
     let dir = scratch_dir("ownsig");
     let prog = compile_c(&dir, "capi.c", "capi", FP_FLAGS, true);
 
-    // Per-thread timers (the default) sample with a free real-time signal instead.
+    // Per-thread timers (the default) sample with a real-time signal of their own.
     let profile = dir.join("ownsig.prof");
     let out = run_ok(&prog, &["ownsig", profile.to_str().unwrap()], &[]);
     let v = values(&out);
@@ -99,11 +99,6 @@ fn an_application_owned_sigprof_is_left_alone() {
             v["handler_kept"].as_str()
         ),
         ("1", "1", "1")
-    );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("SIGPROF belongs to the application; sampling with SIGRTMIN+"),
-        "{stderr}"
     );
     assert!(read_profile(&profile).total_samples() >= 20);
 
@@ -181,9 +176,10 @@ fn realtime_samples_wall_clock_time() {
     let dir = scratch_dir("realtime");
     let hot = compile_c(&dir, "hot.c", "hot", FP_FLAGS, false);
     let (cpu_prof, real_prof) = (dir.join("cpu.prof"), dir.join("real.prof"));
-    // 0.5 s of CPU, then 1.5 s asleep.
-    run_preloaded(&hot, &["0.5", "sleep", "1.5"], &cpu_prof, &[]);
-    run_preloaded(
+    // 0.5 s of CPU, then 1.5 s asleep. The program reports its CPU and wall time: on a busy
+    // machine the CPU half takes longer than 0.5 s of wall time.
+    let cpu_run = run_preloaded(&hot, &["0.5", "sleep", "1.5"], &cpu_prof, &[]);
+    let real_run = run_preloaded(
         &hot,
         &["0.5", "sleep", "1.5"],
         &real_prof,
@@ -193,9 +189,24 @@ fn realtime_samples_wall_clock_time() {
         let p = read_profile(p);
         p.total_samples() as f64 * p.period_us as f64 / 1e6
     };
+    let wall = |out: &std::process::Output| -> f64 {
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.lines()
+            .find_map(|l| l.strip_prefix("wall "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap()
+    };
     let (cpu, real) = (seconds(&cpu_prof), seconds(&real_prof));
-    assert!((cpu - 0.5).abs() < 0.15, "CPU-time profile covers {cpu:.2} s");
-    assert!((real - 2.0).abs() < 0.3, "wall-clock profile covers {real:.2} s");
+    let cpu_used = reported_cpu_seconds(&cpu_run);
+    assert!(
+        (cpu - cpu_used).abs() < 0.15 * cpu_used,
+        "CPU-time profile covers {cpu:.2} s of {cpu_used:.2} s CPU"
+    );
+    let elapsed = wall(&real_run);
+    assert!(
+        (real - elapsed).abs() < 0.15 * elapsed,
+        "wall-clock profile covers {real:.2} s of {elapsed:.2} s"
+    );
 }
 
 #[test]

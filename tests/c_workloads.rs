@@ -117,7 +117,7 @@ fn killed_process_leaves_readable_records() {
     let (partial, defect) = Profile::parse_lenient(&bytes).unwrap();
     assert!(defect.is_some(), "no trailer is expected after SIGKILL");
     assert!(
-        partial.total_samples() >= 100,
+        partial.total_samples() >= 20,
         "records flushed before the kill: {} samples",
         partial.total_samples()
     );
@@ -134,7 +134,7 @@ fn garbage_frame_pointers_are_sampled_without_a_crash() {
         false,
     );
     let profile = dir.join("garbage.prof");
-    let out = run_preloaded(&prog, &["5", "2"], &profile, &[("CPUPROFILE_FREQUENCY", "1000")]);
+    let out = run_preloaded(&prog, &["2.5", "2"], &profile, &[("CPUPROFILE_FREQUENCY", "1000")]);
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok");
     let p = Profile::parse(&std::fs::read(&profile).unwrap()).unwrap();
     assert!(p.total_samples() >= 1500, "sampled {} times", p.total_samples());

@@ -7,7 +7,7 @@
  *   hot SECONDS sleep SLEEP          then sleep SLEEP seconds (resuming after EINTR)
  *
  * Prints "checksum N" so callers can see it ran to the end, and "cpu SECONDS", the process CPU
- * time used, to compare with the profile's sample total. */
+ * time used, to compare with the profile's sample total, and "wall SECONDS", the elapsed time. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,7 +47,14 @@ static void work(double seconds) {
   }
 }
 
+static double wall_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
 int main(int argc, char **argv) {
+  double started = wall_seconds();
   double seconds = argc > 1 ? atof(argv[1]) : 2.0;
   const char *mode = argc > 2 ? argv[2] : "";
 #ifdef USE_API
@@ -75,6 +82,6 @@ int main(int argc, char **argv) {
   } else {
     work(seconds);
   }
-  printf("checksum %lu\ncpu %.4f\n", sink != 0, cpu_seconds());
+  printf("checksum %lu\ncpu %.4f\nwall %.4f\n", sink != 0, cpu_seconds(), wall_seconds() - started);
   return 0;
 }
