@@ -55,7 +55,7 @@ impl ProfilerBuilder {
     }
 
     /// Timer driving the samples (default [`TimerChoice::Auto`]: perf events, else per-thread
-    /// CPU timers, else `setitimer`).
+    /// CPU timers, else a process-wide CPU timer).
     ///
     /// Per-thread timers reach threads started after `start` through the writer thread's
     /// poll of `/proc/self/task` every 20 ms: a thread that lives less than that may go

@@ -41,7 +41,7 @@ pub enum UnwinderChoice {
 /// What delivers the profiling signal, which decides how a signal is counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SampleSource {
-    /// A process-wide interval timer (`setitimer`): one sample per signal.
+    /// A process-wide interval timer: one sample per signal.
     ProcessTimer(Clock),
     /// A timer per thread: POSIX CPU timers count `1 + si_overrun`; perf events are re-armed.
     ThreadTimers(ThreadTimerKind),

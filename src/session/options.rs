@@ -17,9 +17,9 @@ pub const MAX_DEPTH_LIMIT: usize = 4096;
 /// Which timer drives sampling (`CPUPROFILE_TIMER`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TimerChoice {
-    /// The most accurate available: perf events, else per-thread CPU timers, else `setitimer`.
+    /// The most accurate available: perf events, else per-thread CPU timers, else `Itimer`.
     Auto,
-    /// Process-wide `setitimer`, as gperftools does by default.
+    /// One process-wide CPU timer, as gperftools' `setitimer` (at most one signal per tick).
     Itimer,
     /// A POSIX CPU-time timer per thread, with overrun weighting.
     Thread,
@@ -33,8 +33,7 @@ pub struct Options {
     pub frequency: u32,
     pub clock: Clock,
     pub timer: TimerChoice,
-    /// Signal for per-thread timers; `None`: SIGPROF, or a free real-time signal if the
-    /// application owns SIGPROF.
+    /// Signal for per-thread timers; `None`: the highest real-time signal nobody handles.
     pub timer_signal: Option<c_int>,
     pub table: TableConfig,
     pub filter: Option<ThreadFilter>,
