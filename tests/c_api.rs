@@ -4,25 +4,12 @@
 mod support;
 
 use cpuprof::format::Profile;
-use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 use support::*;
 
 const FP_FLAGS: &[&str] = &["-O2", "-fno-omit-frame-pointer"];
-
-/// "key value" lines printed by capi.c.
-fn values(out: &std::process::Output) -> HashMap<String, String> {
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_once(' ').map(|(k, v)| (k.to_string(), v.to_string())))
-        .collect()
-}
-
-fn read_profile(path: &Path) -> Profile {
-    Profile::parse(&std::fs::read(path).unwrap()).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
 
 #[test]
 fn exports_exactly_the_profiler_h_functions() {

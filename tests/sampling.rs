@@ -4,7 +4,6 @@
 mod support;
 
 use cpuprof::format::Profile;
-use std::collections::HashMap;
 use std::path::Path;
 use support::*;
 
@@ -66,13 +65,6 @@ fn per_thread_shares_follow_the_work() {
             );
         }
     }
-}
-
-fn values(out: &std::process::Output) -> HashMap<String, String> {
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_once(' ').map(|(k, v)| (k.to_string(), v.to_string())))
-        .collect()
 }
 
 #[test]

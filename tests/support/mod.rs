@@ -109,6 +109,19 @@ pub fn run_preloaded(program: &Path, args: &[&str], profile: &Path, extra_env: &
     run_ok(program, args, &env)
 }
 
+/// The `key value` lines a test program printed.
+pub fn values(out: &Output) -> HashMap<String, String> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once(' ').map(|(k, v)| (k.to_string(), v.to_string())))
+        .collect()
+}
+
+/// Parses a complete profile, panicking with the file name and the defect.
+pub fn read_profile(path: &Path) -> cpuprof::format::Profile {
+    cpuprof::format::Profile::parse(&std::fs::read(path).unwrap()).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
 /// Reads a `cpu SECONDS` line printed by the workloads.
 pub fn reported_cpu_seconds(out: &Output) -> f64 {
     let text = String::from_utf8_lossy(&out.stdout);
