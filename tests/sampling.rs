@@ -44,6 +44,46 @@ fn totals_match_cpu_time_at_every_frequency_with_four_threads() {
     }
 }
 
+/// Kernel time is sampled too. The perf timer signals in user mode only (no EINTR), and weights
+/// each sample with the periods its thread spent in the kernel since the last one; the POSIX
+/// thread timer interrupts at the system call's return, so its kernel time lands on `read`.
+#[test]
+fn kernel_time_is_counted() {
+    let dir = scratch_dir("kernel_time");
+    let prog = compile_c(&dir, "kernel_time.c", "kernel_time", &["-O2"], false);
+    for timer in ["auto", "thread"] {
+        let profile = dir.join(format!("{timer}.prof"));
+        let out = run_preloaded(
+            &prog,
+            &["2"],
+            &profile,
+            &[("CPUPROFILE_FREQUENCY", "1000"), ("CPUPROFILE_TIMER", timer)],
+        );
+        let (cpu, sys): (f64, f64) = (reported_cpu_seconds(&out), values(&out)["sys"].parse().unwrap());
+        assert!(
+            sys > 0.15 * cpu,
+            "workload spent too little time in the kernel to tell: {sys} of {cpu} s"
+        );
+        assert_total_matches_cpu(
+            &format!("{timer} timer, {sys:.2} of {cpu:.2} s in the kernel"),
+            &profile,
+            &out,
+        );
+        if timer == "thread" {
+            let table = flat_percentages(&profile);
+            let read = ["read", "__read", "__libc_read"]
+                .iter()
+                .map(|f| share(&table, f))
+                .fold(0.0, f64::max);
+            let want = 100.0 * sys / cpu;
+            assert!(
+                (read - want).abs() <= 6.0,
+                "read has {read}% flat, the kernel {want:.1}%: {table:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn per_thread_shares_follow_the_work() {
     let dir = scratch_dir("split");

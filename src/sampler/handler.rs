@@ -6,7 +6,7 @@
 //! no handler can still be using it before the session frees it.
 
 use super::context::interrupted_registers;
-use super::thread_timers::{ThreadTimerKind, PERF_EVENT_IOC_REFRESH};
+use super::thread_timers::{rearm_perf_and_weigh, ThreadTimerKind};
 use super::timer::Clock;
 use super::walk_stack::Workspace;
 use crate::claim_pool::ClaimPool;
@@ -89,10 +89,7 @@ impl SamplerState {
             }
             // Kernel-generated SIGPOLL-style codes are positive; signals sent by kill or
             // sigqueue are not, and carry no fd of ours.
-            SampleSource::ThreadTimers(ThreadTimerKind::Perf) if info.code > 0 => {
-                libc::ioctl(info.poll_fd, PERF_EVENT_IOC_REFRESH, 1);
-                1
-            }
+            SampleSource::ThreadTimers(ThreadTimerKind::Perf) if info.code > 0 => rearm_perf_and_weigh(info.poll_fd),
             _ => 1,
         }
     }

@@ -9,7 +9,10 @@
 //! * perf events: a software `cpu-clock` event per thread, hrtimer-driven, delivering a
 //!   signal to its thread on each overflow (`F_SETOWN_EX` + `F_SETSIG` + `O_ASYNC`). The event
 //!   disables itself after one overflow; the handler re-enables it with
-//!   `PERF_EVENT_IOC_REFRESH` — the timer's own system call.
+//!   `PERF_EVENT_IOC_REFRESH`. The event signals in user mode only (see [`arm_perf`]), so the
+//!   kernel drops expirations that fall in kernel time; the handler reads the event's count,
+//!   which includes kernel time, and weights the sample with the periods that passed
+//!   ([`rearm_perf_and_weigh`]). Those two calls are the timer's own system calls.
 //!
 //! Threads are armed when profiling starts (all of `/proc/self/task`), when they start
 //! ([`on_thread_start`], called by the `pthread_create` interposer of libcpuprof.so and by
@@ -21,6 +24,7 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Once;
 
 /// The kind of per-thread timer.
@@ -261,7 +265,7 @@ const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 const ATTR_DISABLED: u64 = 1 << 0;
 const ATTR_EXCLUDE_KERNEL: u64 = 1 << 5;
 const ATTR_EXCLUDE_HV: u64 = 1 << 6;
-pub(super) const PERF_EVENT_IOC_REFRESH: libc::c_ulong = 0x2402;
+const PERF_EVENT_IOC_REFRESH: libc::c_ulong = 0x2402;
 const PERF_EVENT_IOC_DISABLE: libc::c_ulong = 0x2401;
 const F_SETSIG: c_int = 10;
 const F_SETOWN_EX: c_int = 15;
@@ -291,6 +295,40 @@ struct PerfEventAttr {
     reserved: u16,
 }
 
+/// Perf fds below this have their count tracked for weighting; a sample through a higher fd
+/// counts once (a process with thousands of files open and profiled threads loses only the
+/// kernel-time periods of those threads).
+const WEIGHED_FDS: usize = 4096;
+/// For each perf fd, the event count (thread CPU nanoseconds, kernel time included) that the
+/// samples taken through it so far account for.
+static PERF_ACCOUNTED: [AtomicU64; WEIGHED_FDS] = [const { AtomicU64::new(0) }; WEIGHED_FDS];
+/// The sampling period of the perf events, in nanoseconds.
+static PERF_PERIOD_NS: AtomicU64 = AtomicU64::new(0);
+
+/// Re-enables the perf event `fd` that just sent a signal, and returns how many sampling
+/// periods of its thread's CPU time the sample stands for: one, plus the expirations the
+/// kernel dropped because the thread was in the kernel.
+///
+/// # Safety
+/// Async-signal-safe; `fd` comes from the siginfo of a perf signal (a stale or foreign fd only
+/// makes `read` fail or return a meaningless count, which is bounded below by one sample).
+pub(super) unsafe fn rearm_perf_and_weigh(fd: c_int) -> u64 {
+    let mut count: u64 = 0;
+    let counted = libc::read(fd, (&mut count as *mut u64).cast(), 8) == 8;
+    libc::ioctl(fd, PERF_EVENT_IOC_REFRESH, 1);
+    let period = PERF_PERIOD_NS.load(Ordering::Relaxed);
+    let Some(accounted) = PERF_ACCOUNTED.get(fd as usize).filter(|_| counted && period > 0) else {
+        return 1;
+    };
+    // Rounded: the count lags the expiry by the signal's delivery, and the event is off from
+    // its overflow until the REFRESH above.
+    let last = accounted.load(Ordering::Relaxed);
+    let periods = (count.saturating_sub(last) + period / 2) / period;
+    let weight = periods.max(1);
+    accounted.store(last + weight * period, Ordering::Relaxed);
+    weight
+}
+
 fn arm_perf(tid: libc::pid_t, signal: c_int, period_ns: u64) -> io::Result<c_int> {
     let attr = PerfEventAttr {
         kind: PERF_TYPE_SOFTWARE,
@@ -300,6 +338,8 @@ fn arm_perf(tid: libc::pid_t, signal: c_int, period_ns: u64) -> io::Result<c_int
         // User time only: an overflow while the thread is in the kernel would queue a signal
         // that an `execve` in progress carries into the new program, which dies of it. In
         // user mode the signal is delivered at once, on the interrupt's return.
+        // Kernel time is still counted: the event's count includes it (see
+        // `rearm_perf_and_weigh`).
         flags: ATTR_DISABLED | ATTR_EXCLUDE_KERNEL | ATTR_EXCLUDE_HV,
         wakeup_events: 1,
         ..Default::default()
@@ -316,6 +356,11 @@ fn arm_perf(tid: libc::pid_t, signal: c_int, period_ns: u64) -> io::Result<c_int
         ) as c_int;
         if fd < 0 {
             return Err(io::Error::last_os_error());
+        }
+        if let Some(accounted) = PERF_ACCOUNTED.get(fd as usize) {
+            // A new event counts from zero; set before it is enabled below.
+            accounted.store(0, Ordering::Relaxed);
+            PERF_PERIOD_NS.store(period_ns, Ordering::Relaxed);
         }
         let owner = [F_OWNER_TID, tid];
         let setup = libc::fcntl(fd, F_SETOWN_EX, owner.as_ptr()) == 0
