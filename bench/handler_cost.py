@@ -41,8 +41,9 @@ def main():
         exe, cpuprof = build(workdir)
         configs = {
             "gperftools": (GPERFTOOLS, {}),
-            "cpuprof fp": (cpuprof, {"CPUPROFILE_UNWINDER": "fp"}),
-            "cpuprof dwarf": (cpuprof, {"CPUPROFILE_UNWINDER": "dwarf"}),
+            # The process timer's signal is SIGPROF, the one the program sends itself.
+            "cpuprof fp": (cpuprof, {"CPUPROFILE_UNWINDER": "fp", "CPUPROFILE_TIMER": "itimer"}),
+            "cpuprof dwarf": (cpuprof, {"CPUPROFILE_UNWINDER": "dwarf", "CPUPROFILE_TIMER": "itimer"}),
         }
         print(f"ns of CPU per signal above an empty handler (median of {args.rounds} rounds, "
               f"{args.signals} signals each)\n")

@@ -14,6 +14,7 @@ pub mod format;
 mod profiler;
 pub mod sampler;
 pub mod session;
+mod sync;
 pub mod table;
 pub mod unwind;
 
@@ -22,3 +23,4 @@ pub use profiler::{Profiler, ProfilerBuilder, ProfilerGuard};
 pub use sampler::UnwinderChoice;
 pub use session::options::TimerChoice;
 pub use session::Report;
+pub use sync::locks_taken_on_this_thread;

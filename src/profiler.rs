@@ -8,7 +8,7 @@
 
 use crate::error::Error;
 use crate::sampler::{Clock, UnwinderChoice};
-use crate::session::options::{clamp_depth, TimerChoice};
+use crate::session::options::{clamp_depth, TimerChoice, MAX_TABLE_ENTRIES, MIN_TABLE_ENTRIES};
 use crate::session::{global, Options, Report};
 use std::path::Path;
 
@@ -44,6 +44,16 @@ impl ProfilerBuilder {
     /// Longest call chain recorded, PC included (1 to 4096).
     pub fn max_depth(mut self, depth: usize) -> Self {
         self.options.table.max_depth = clamp_depth(depth);
+        self
+    }
+
+    /// Call chains the in-memory table holds before evicting to the file (default 4096, as
+    /// gperftools; 64 to 1,048,576). Memory reserved is about `entries * (max_depth + 2) * 8`
+    /// bytes plus an eviction ring of a quarter of that at the default depth: ~10 MiB by
+    /// default. A smaller table costs more evictions (more bytes written), not samples.
+    pub fn table_entries(mut self, entries: usize) -> Self {
+        let entries = entries.clamp(MIN_TABLE_ENTRIES, MAX_TABLE_ENTRIES);
+        self.options.table = self.options.table.with_entries(entries);
         self
     }
 
@@ -95,6 +105,11 @@ impl ProfilerGuard {
     /// Writes everything sampled so far to the file, without ending the profile.
     pub fn flush(&self) -> Result<(), Error> {
         global::flush()
+    }
+
+    /// Signals handled so far in this profile (gperftools' `samples_gathered`).
+    pub fn samples(&self) -> u64 {
+        global::info().map_or(0, |i| i.samples)
     }
 
     /// Stops profiling and completes the file.

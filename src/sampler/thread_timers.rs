@@ -20,7 +20,7 @@
 //! nothing announced. A thread's timer is deleted when it exits (a pthread key destructor set by
 //! `on_thread_start`) or when the poll finds it gone, so timers never accumulate.
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::io;
@@ -60,7 +60,7 @@ fn running(timers: &mut Option<Timers>) -> Option<&mut Timers> {
 }
 
 /// The per-thread timers of the running session, if it uses them.
-static TIMERS: Mutex<Option<Timers>> = parking_lot::const_mutex(None);
+static TIMERS: Mutex<Option<Timers>> = Mutex::new(None);
 
 /// Checks that `kind` can be used here by arming and disarming the calling thread once.
 pub fn probe(kind: ThreadTimerKind, signal: c_int, period_ns: u64) -> io::Result<()> {

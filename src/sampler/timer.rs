@@ -7,7 +7,7 @@
 //! a handler, would then be killed by the next expiry ("Profiling timer expired"). POSIX timers
 //! are deleted by `execve`.
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 use std::ffi::c_int;
 use std::io;
 
@@ -40,7 +40,7 @@ struct Armed(libc::timer_t);
 // SAFETY: timer_t is an opaque kernel id, only passed to timer_delete.
 unsafe impl Send for Armed {}
 
-static TIMER: Mutex<Option<Armed>> = parking_lot::const_mutex(None);
+static TIMER: Mutex<Option<Armed>> = Mutex::new(None);
 
 /// Arms the process timer to fire every `period_us` microseconds.
 pub fn start(clock: Clock, period_us: u64) -> io::Result<()> {

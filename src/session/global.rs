@@ -2,11 +2,11 @@
 
 use super::{Options, Report, Session};
 use crate::error::Error;
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-static CURRENT: Mutex<Option<Session>> = parking_lot::const_mutex(None);
+static CURRENT: Mutex<Option<Session>> = Mutex::new(None);
 
 /// A snapshot of the running session, for `ProfilerGetCurrentState`.
 #[derive(Clone, Debug)]

@@ -89,6 +89,16 @@ impl Options {
                 None => eprintln!("cpuprof: CPUPROFILE_TIMER={name:?} is not auto, itimer, thread or perf; ignored"),
             }
         }
+        if let Some(n) = var("CPUPROFILE_TABLE_ENTRIES") {
+            match n.trim().parse::<usize>() {
+                Ok(n) if (MIN_TABLE_ENTRIES..=MAX_TABLE_ENTRIES).contains(&n) => o.table = o.table.with_entries(n),
+                _ => eprintln!(
+                    "cpuprof: CPUPROFILE_TABLE_ENTRIES={n:?} is not a number from {MIN_TABLE_ENTRIES} to \
+                     {MAX_TABLE_ENTRIES}; using {}",
+                    o.table.buckets * o.table.ways
+                ),
+            }
+        }
         if let Some(name) = var("CPUPROFILE_UNWINDER") {
             match parse_unwinder(&name) {
                 Some(u) => o.unwinder = u,
@@ -131,6 +141,10 @@ pub fn parse_unwinder(name: &str) -> Option<UnwinderChoice> {
         _ => None,
     }
 }
+
+/// Bounds of the call-chain table's size, in entries (`CPUPROFILE_TABLE_ENTRIES`).
+pub const MIN_TABLE_ENTRIES: usize = 64;
+pub const MAX_TABLE_ENTRIES: usize = 1 << 20;
 
 /// Clamps a requested depth to what the table supports.
 pub fn clamp_depth(depth: usize) -> usize {
@@ -180,6 +194,21 @@ mod tests {
         assert_eq!(o.unwinder, UnwinderChoice::FramePointer);
         assert_eq!(parse_unwinder("DWARF"), Some(UnwinderChoice::Auto));
         assert_eq!(parse_unwinder("libunwind"), None);
+    }
+
+    #[test]
+    fn table_size_is_configurable_and_defaults_to_gperftools_ten_mib() {
+        let default = Options::default().table;
+        assert_eq!(default.buckets * default.ways, 4096);
+        let mib = default.memory_bytes() as f64 / (1 << 20) as f64;
+        assert!((9.5..=10.5).contains(&mib), "{mib} MiB");
+        let small = Options::from_env(env(&[("CPUPROFILE_TABLE_ENTRIES", "1000")])).table;
+        assert_eq!((small.buckets * small.ways, small.ring_slots), (1024, 1024 * 64));
+        assert_eq!(small.max_depth, DEFAULT_MAX_DEPTH);
+        for bad in ["0", "lots", "99999999"] {
+            let o = Options::from_env(env(&[("CPUPROFILE_TABLE_ENTRIES", bad)]));
+            assert_eq!(o.table.buckets, default.buckets, "{bad:?}");
+        }
     }
 
     #[test]

@@ -10,9 +10,9 @@
 use super::timing;
 use super::OutputFile;
 use crate::sampler::{self, signals, SampleSource, SamplerState};
+use crate::sync::{Condvar, Mutex};
 use crate::unwind::dwarf::loaded_objects_generation;
 use crate::unwind::THREAD_STACKS;
-use parking_lot::{Condvar, Mutex};
 use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -61,12 +61,27 @@ impl Default for TableConfig {
             buckets: 1024,
             ways: 4,
             max_depth: 254,
-            ring_slots: 1 << 18,
+            ring_slots: 4096 * Self::RING_SLOTS_PER_ENTRY,
         }
     }
 }
 
 impl TableConfig {
+    /// Eviction ring slots per table entry in the default geometry.
+    const RING_SLOTS_PER_ENTRY: usize = 64;
+
+    /// The default geometry resized to hold `entries` call chains (rounded up to whole
+    /// buckets of a power-of-two count), the eviction ring scaled with it.
+    pub fn with_entries(self, entries: usize) -> Self {
+        let ways = self.ways.max(1);
+        let buckets = entries.div_ceil(ways).next_power_of_two().max(1);
+        TableConfig {
+            buckets,
+            ring_slots: buckets * ways * Self::RING_SLOTS_PER_ENTRY,
+            ..self
+        }
+    }
+
     /// Bytes of memory the table and ring reserve (pages are touched only when used).
     pub fn memory_bytes(&self) -> usize {
         let entries = self.buckets.next_power_of_two() * self.ways;

@@ -10,7 +10,7 @@
 
 use super::atomic::{AtomicU64, Ordering};
 use super::zeroed_atomics;
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 pub struct EvictionRing {
     slots: Box<[AtomicU64]>,

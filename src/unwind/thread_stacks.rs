@@ -16,6 +16,7 @@
 //! control block at the same stack top, and entries are used only when `lo <= sp < hi`.
 
 use crate::format::Maps;
+use crate::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -34,7 +35,7 @@ pub struct ThreadStacks {
     request_tps: [AtomicU64; REQUEST_SLOTS],
     request_sps: [AtomicU64; REQUEST_SLOTS],
     /// Writer-side state: threads that could not be vouched for, and when.
-    unresolved: parking_lot::Mutex<Vec<(u64, Instant)>>,
+    unresolved: Mutex<Vec<(u64, Instant)>>,
 }
 
 /// The process-wide registry.
@@ -48,7 +49,7 @@ impl ThreadStacks {
             his: [const { AtomicU64::new(0) }; SLOTS],
             request_tps: [const { AtomicU64::new(0) }; REQUEST_SLOTS],
             request_sps: [const { AtomicU64::new(0) }; REQUEST_SLOTS],
-            unresolved: parking_lot::const_mutex(Vec::new()),
+            unresolved: Mutex::new(Vec::new()),
         }
     }
 

@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""Profiler overhead, cpuprof beside gperftools' libprofiler.so in the same run.
+
+For fixed work (bench/overhead.c: a frame-pointer build, a build without frame pointers, and
+the frame-pointer build on 4 threads) it measures, at 100 Hz and 1000 Hz requested:
+  * CPU overhead: CPU time (user + system, from wait4) over the unprofiled run's, minus one;
+  * samples per CPU-second actually taken;
+  * cost per sample: the extra CPU time divided by the samples in the profile;
+  * resident memory added (peak RSS over the unprofiled run's) and profile bytes per sample.
+Every configuration runs once per round, interleaved, and ratios are taken within a round, so
+drift on a shared machine hits all of them alike; tables show medians over rounds. Then it
+times ProfilerStop with 2^20 distinct stacks in the profile (bench/distinct_stacks.c).
+
+    python3 bench/overhead.py [--rounds 5] [--cpu-seconds 1.5] [--stack-bits 20]
+
+Needs cc and libgoogle-perftools-dev (for /usr/lib/x86_64-linux-gnu/libprofiler.so)."""
+import argparse
+import os
+import statistics
+import struct
+import subprocess
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GPERFTOOLS = "/usr/lib/x86_64-linux-gnu/libprofiler.so"
+CPUPROF = os.path.join(ROOT, "target/release/libcpuprof.so")
+
+# name -> (library, environment); None is the unprofiled baseline.
+CONFIGS = {
+    "gperftools": (GPERFTOOLS, {}),
+    "cpuprof perf+dwarf": (CPUPROF, {}),
+    "cpuprof perf+fp": (CPUPROF, {"CPUPROFILE_UNWINDER": "fp"}),
+    "cpuprof thread+dwarf": (CPUPROF, {"CPUPROFILE_TIMER": "thread"}),
+    "cpuprof itimer+dwarf": (CPUPROF, {"CPUPROFILE_TIMER": "itimer"}),
+}
+
+
+def build(workdir):
+    subprocess.run(["cargo", "build", "-q", "--release", "-p", "cpuprof-preload"], cwd=ROOT, check=True)
+    exes = {}
+    for name, flags in [("fp", ["-fno-omit-frame-pointer"]), ("nofp", ["-fomit-frame-pointer"])]:
+        exes[name] = os.path.join(workdir, "overhead_" + name)
+        subprocess.run(["cc", "-O2", "-g", *flags, os.path.join(ROOT, "bench/overhead.c"), "-o", exes[name],
+                        "-lpthread"], check=True)
+    exes["stacks"] = os.path.join(workdir, "distinct_stacks")
+    subprocess.run(["cc", "-O2", "-g", "-fno-omit-frame-pointer", os.path.join(ROOT, "bench/distinct_stacks.c"),
+                    "-o", exes["stacks"], "-ldl"], check=True)
+    return exes
+
+
+def run(argv, env):
+    """Runs argv to completion; returns (cpu seconds, peak RSS KiB, stdout)."""
+    with subprocess.Popen(argv, env=dict(os.environ, **env), stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, text=True) as proc:
+        out = proc.stdout.read()
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{argv} exited with {proc.returncode}")
+    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss, out
+
+
+def profile_samples(path):
+    """Total sample count of a legacy profile with native 8-byte slots."""
+    with open(path, "rb") as f:
+        data = f.read()
+    words = struct.unpack_from(f"<{len(data) // 8}Q", data)
+    i, total = 5, 0
+    while i + 1 < len(words):
+        count, depth = words[i], words[i + 1]
+        if count == 0 and depth == 1:
+            break
+        total += count
+        i += 2 + depth
+    return total
+
+
+def measure(exe, args, config, hz, workdir):
+    env = {}
+    if config is not None:
+        library, extra = CONFIGS[config]
+        profile = os.path.join(workdir, "bench.prof")
+        env = dict(extra, LD_PRELOAD=library, CPUPROFILE=profile, CPUPROFILE_FREQUENCY=str(hz))
+    cpu, rss, _ = run([exe, *args], env)
+    if config is None:
+        return {"cpu": cpu, "rss": rss}
+    return {"cpu": cpu, "rss": rss, "samples": profile_samples(profile), "bytes": os.path.getsize(profile)}
+
+
+def calibrate(exe, cpu_seconds):
+    units = 200
+    cpu, _, _ = run([exe, str(units)], {})
+    return max(1, int(units * cpu_seconds / max(cpu, 1e-3)))
+
+
+def overhead_tables(exes, rounds, cpu_seconds, workdir):
+    units = calibrate(exes["fp"], cpu_seconds)
+    workloads = {
+        "frame pointers": (exes["fp"], [str(units)]),
+        "no frame pointers": (exes["nofp"], [str(units)]),
+        "4 threads": (exes["fp"], [str(2 * units), "4"]),
+    }
+    rows = []
+    for workload, (exe, args) in workloads.items():
+        results = {(c, hz): [] for c in CONFIGS for hz in (100, 1000)}
+        baseline = []
+        for _ in range(rounds):
+            base = measure(exe, args, None, 0, workdir)
+            baseline.append(base)
+            for config in CONFIGS:
+                for hz in (100, 1000):
+                    r = measure(exe, args, config, hz, workdir)
+                    r["overhead"] = r["cpu"] / base["cpu"] - 1
+                    r["per_sample_ns"] = (r["cpu"] - base["cpu"]) / max(r["samples"], 1) * 1e9
+                    r["rss_added"] = r["rss"] - base["rss"]
+                    results[(config, hz)].append(r)
+        base_cpu = statistics.median(b["cpu"] for b in baseline)
+        for (config, hz), runs in results.items():
+            med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+            rows.append((workload, config, hz, base_cpu, med))
+        print(f"... {workload} done", flush=True)
+    print(f"\nCPU overhead, fixed work of ~{cpu_seconds} CPU-s unprofiled (median of {rounds} rounds, ratios "
+          "within a round)\n")
+    print("| workload | profiler | requested Hz | samples per CPU-s | CPU overhead | ns per sample "
+          "| RSS added (KiB) | bytes per sample |")
+    print("|---|---|---|---|---|---|---|---|")
+    for workload, config, hz, base_cpu, m in rows:
+        print(f"| {workload} | {config} | {hz} | {m['samples'] / m['cpu']:.0f} | {100 * m['overhead']:+.2f} % "
+              f"| {m['per_sample_ns']:.0f} | {m['rss_added']:.0f} | {m['bytes'] / max(m['samples'], 1):.1f} |")
+    print("\nCost per sample relative to gperftools, 1000 Hz requested (median ns per sample)\n")
+    print("| workload | " + " | ".join(c for c in CONFIGS if c != "gperftools") + " |")
+    print("|---|" + "---|" * (len(CONFIGS) - 1))
+    for workload in workloads:
+        per = {c: m["per_sample_ns"] for w, c, hz, _, m in rows if w == workload and hz == 1000}
+        print(f"| {workload} | " + " | ".join(f"{per[c] / per['gperftools']:.2f}" for c in CONFIGS
+                                              if c != "gperftools") + " |")
+
+
+def stop_table(exes, rounds, bits, workdir):
+    env = {"CPUPROFILE_FREQUENCY": "1"}
+    print(f"\nStopping with 2^{bits} = {1 << bits} distinct stacks of {bits + 3} frames "
+          f"(median of {rounds} runs)\n")
+    print("| profiler | ProfilerStop ms | 2^bits signals ms | samples in file | records in file |")
+    print("|---|---|---|---|---|")
+    for name, library, extra in [("gperftools", GPERFTOOLS, {}),
+                                 ("cpuprof (itimer, dwarf)", CPUPROF, {"CPUPROFILE_TIMER": "itimer"})]:
+        stops, sampling, samples, records = [], [], 0, 0
+        for _ in range(rounds):
+            profile = os.path.join(workdir, "stacks.prof")
+            _, _, out = run([exes["stacks"], library, profile, str(bits)], dict(env, **extra))
+            values = dict(line.split() for line in out.splitlines())
+            stops.append(float(values["stop_ms"]))
+            sampling.append(float(values["sampling_ms"]))
+            samples, records = profile_samples(profile), count_records(profile)
+        print(f"| {name} | {statistics.median(stops):.1f} | {statistics.median(sampling):.0f} | {samples} "
+              f"| {records} |")
+
+
+def count_records(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    words = struct.unpack_from(f"<{len(data) // 8}Q", data)
+    i, n = 5, 0
+    while i + 1 < len(words) and not (words[i] == 0 and words[i + 1] == 1):
+        n += 1
+        i += 2 + words[i + 1]
+    return n
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--cpu-seconds", type=float, default=1.5)
+    parser.add_argument("--stack-bits", type=int, default=20)
+    parser.add_argument("--skip-overhead", action="store_true")
+    args = parser.parse_args()
+    started = time.time()
+    with tempfile.TemporaryDirectory() as workdir:
+        exes = build(workdir)
+        if not args.skip_overhead:
+            overhead_tables(exes, args.rounds, args.cpu_seconds, workdir)
+        stop_table(exes, 3, args.stack_bits, workdir)
+    print(f"\n({time.time() - started:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+//! The only lock type in cpuprof: a `parking_lot` mutex that counts acquisitions per thread,
+//! so a test can show that the signal handler's path takes none ([`locks_taken_on_this_thread`]
+//! stays unchanged on a thread while it is sampled). Locks belong to the control plane only:
+//! a handler that took one could deadlock against the code it interrupted.
+
+use std::cell::Cell;
+
+thread_local! {
+    // Const-initialised and without a destructor: no lazy registration on first use.
+    static LOCKS_TAKEN: Cell<u64> = const { Cell::new(0) };
+}
+
+pub type MutexGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
+pub use parking_lot::Condvar;
+
+pub struct Mutex<T>(parking_lot::Mutex<T>);
+
+impl<T> Mutex<T> {
+    pub const fn new(value: T) -> Self {
+        Mutex(parking_lot::const_mutex(value))
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, T> {
+        let _ = LOCKS_TAKEN.try_with(|n| n.set(n.get() + 1));
+        self.0.lock()
+    }
+}
+
+impl<T: Default> Default for Mutex<T> {
+    fn default() -> Self {
+        Mutex::new(T::default())
+    }
+}
+
+/// How many cpuprof locks the calling thread has taken so far.
+pub fn locks_taken_on_this_thread() -> u64 {
+    LOCKS_TAKEN.try_with(Cell::get).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_acquisitions_of_the_calling_thread_only() {
+        let m = Mutex::new(0);
+        let before = locks_taken_on_this_thread();
+        *m.lock() += 1;
+        *m.lock() += 1;
+        std::thread::scope(|s| {
+            s.spawn(|| *m.lock() += 1);
+        });
+        assert_eq!(locks_taken_on_this_thread() - before, 2);
+        assert_eq!(*m.lock(), 3);
+    }
+}
