@@ -5,10 +5,12 @@
  *
  * Each unit is a recursion ten calls deep whose leaves do integer arithmetic, so samples have
  * stacks of about fifteen frames, as in an ordinary program. Build it with and without
- * -fno-omit-frame-pointer for the two unwinders. Prints "checksum N". */
+ * -fno-omit-frame-pointer for the two unwinders. Prints "checksum N" and "peak_rss_kib N"
+ * (VmHWM: the wait4 figure would include the parent's memory from before exec). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static long units_per_thread;
 
@@ -49,5 +51,10 @@ int main(int argc, char **argv) {
     sum += (unsigned long)r;
   }
   printf("checksum %lu\n", sum);
+  char line[256];
+  FILE *status = fopen("/proc/self/status", "r");
+  while (status && fgets(line, sizeof line, status))
+    if (!strncmp(line, "VmHWM:", 6)) printf("peak_rss_kib %ld\n", atol(line + 6));
+  if (status) fclose(status);
   return 0;
 }

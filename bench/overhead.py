@@ -26,8 +26,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPERFTOOLS = "/usr/lib/x86_64-linux-gnu/libprofiler.so"
 CPUPROF = os.path.join(ROOT, "target/release/libcpuprof.so")
 
-# name -> (library, environment); None is the unprofiled baseline.
+# name -> (library, environment). The unprofiled program runs first in every round as the
+# baseline; running it again as a "configuration" shows the noise of a ratio on this machine.
 CONFIGS = {
+    "no profiler (again)": (None, {}),
     "gperftools": (GPERFTOOLS, {}),
     "cpuprof perf+dwarf": (CPUPROF, {}),
     "cpuprof perf+fp": (CPUPROF, {"CPUPROFILE_UNWINDER": "fp"}),
@@ -50,7 +52,7 @@ def build(workdir):
 
 
 def run(argv, env):
-    """Runs argv to completion; returns (cpu seconds, peak RSS KiB, stdout)."""
+    """Runs argv to completion; returns (cpu seconds, stdout as a dict of "key value" lines)."""
     with subprocess.Popen(argv, env=dict(os.environ, **env), stdout=subprocess.PIPE,
                           stderr=subprocess.DEVNULL, text=True) as proc:
         out = proc.stdout.read()
@@ -58,7 +60,7 @@ def run(argv, env):
         proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise RuntimeError(f"{argv} exited with {proc.returncode}")
-    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss, out
+    return usage.ru_utime + usage.ru_stime, dict(line.split(None, 1) for line in out.splitlines())
 
 
 def profile_samples(path):
@@ -77,20 +79,21 @@ def profile_samples(path):
 
 
 def measure(exe, args, config, hz, workdir):
+    library, extra = CONFIGS[config] if config else (None, {})
     env = {}
-    if config is not None:
-        library, extra = CONFIGS[config]
+    if library is not None:
         profile = os.path.join(workdir, "bench.prof")
         env = dict(extra, LD_PRELOAD=library, CPUPROFILE=profile, CPUPROFILE_FREQUENCY=str(hz))
-    cpu, rss, _ = run([exe, *args], env)
-    if config is None:
-        return {"cpu": cpu, "rss": rss}
+    cpu, out = run([exe, *args], env)
+    rss = int(out["peak_rss_kib"])
+    if library is None:
+        return {"cpu": cpu, "rss": rss, "samples": 0, "bytes": 0}
     return {"cpu": cpu, "rss": rss, "samples": profile_samples(profile), "bytes": os.path.getsize(profile)}
 
 
 def calibrate(exe, cpu_seconds):
     units = 200
-    cpu, _, _ = run([exe, str(units)], {})
+    cpu, _ = run([exe, str(units)], {})
     return max(1, int(units * cpu_seconds / max(cpu, 1e-3)))
 
 
@@ -103,13 +106,13 @@ def overhead_tables(exes, rounds, cpu_seconds, workdir):
     }
     rows = []
     for workload, (exe, args) in workloads.items():
-        results = {(c, hz): [] for c in CONFIGS for hz in (100, 1000)}
+        results = {(c, hz): [] for c in CONFIGS for hz in ((100, 1000) if CONFIGS[c][0] else (0,))}
         baseline = []
         for _ in range(rounds):
             base = measure(exe, args, None, 0, workdir)
             baseline.append(base)
             for config in CONFIGS:
-                for hz in (100, 1000):
+                for hz in (100, 1000) if CONFIGS[config][0] else (0,):
                     r = measure(exe, args, config, hz, workdir)
                     r["overhead"] = r["cpu"] / base["cpu"] - 1
                     r["per_sample_ns"] = (r["cpu"] - base["cpu"]) / max(r["samples"], 1) * 1e9
@@ -126,15 +129,18 @@ def overhead_tables(exes, rounds, cpu_seconds, workdir):
           "| RSS added (KiB) | bytes per sample |")
     print("|---|---|---|---|---|---|---|---|")
     for workload, config, hz, base_cpu, m in rows:
+        if m["samples"] == 0:
+            print(f"| {workload} | {config} | | | {100 * m['overhead']:+.2f} % | | {m['rss_added']:.0f} | |")
+            continue
         print(f"| {workload} | {config} | {hz} | {m['samples'] / m['cpu']:.0f} | {100 * m['overhead']:+.2f} % "
               f"| {m['per_sample_ns']:.0f} | {m['rss_added']:.0f} | {m['bytes'] / max(m['samples'], 1):.1f} |")
     print("\nCost per sample relative to gperftools, 1000 Hz requested (median ns per sample)\n")
-    print("| workload | " + " | ".join(c for c in CONFIGS if c != "gperftools") + " |")
-    print("|---|" + "---|" * (len(CONFIGS) - 1))
+    cpuprofs = [c for c in CONFIGS if c.startswith("cpuprof")]
+    print("| workload | " + " | ".join(cpuprofs) + " |")
+    print("|---|" + "---|" * len(cpuprofs))
     for workload in workloads:
         per = {c: m["per_sample_ns"] for w, c, hz, _, m in rows if w == workload and hz == 1000}
-        print(f"| {workload} | " + " | ".join(f"{per[c] / per['gperftools']:.2f}" for c in CONFIGS
-                                              if c != "gperftools") + " |")
+        print(f"| {workload} | " + " | ".join(f"{per[c] / per['gperftools']:.2f}" for c in cpuprofs) + " |")
 
 
 def stop_table(exes, rounds, bits, workdir):
@@ -148,8 +154,7 @@ def stop_table(exes, rounds, bits, workdir):
         stops, sampling, samples, records = [], [], 0, 0
         for _ in range(rounds):
             profile = os.path.join(workdir, "stacks.prof")
-            _, _, out = run([exes["stacks"], library, profile, str(bits)], dict(env, **extra))
-            values = dict(line.split() for line in out.splitlines())
+            _, values = run([exes["stacks"], library, profile, str(bits)], dict(env, **extra))
             stops.append(float(values["stop_ms"]))
             sampling.append(float(values["sampling_ms"]))
             samples, records = profile_samples(profile), count_records(profile)

@@ -1,31 +1,103 @@
-//! `cpuprof`: reads raw gperftools-format CPU profiles.
-//!
-//! Exit status: 0 success, 1 the input is not a valid profile or cannot be read/written,
-//! 2 usage error.
+//! `cpuprof`: records, reads, compares and converts raw gperftools-format CPU profiles.
 
+mod dcpi;
+mod diff;
+mod merge;
+mod pprof_out;
+mod progress;
+mod record;
 mod report;
+mod stacks;
 mod symbolize;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use cpuprof::format::Profile;
+use stacks::Stacks;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use symbolize::Locator;
+
+const EXIT_STATUS: &str = "\
+Exit status: 0 success; 1 an input is not a valid profile, or a file cannot be read or written;
+2 usage error; 3 `diff` found significant changes. `record` exits with the recorded program's
+status (128 + N if signal N killed it).";
 
 #[derive(Parser)]
 #[command(
     name = "cpuprof",
     version,
-    about = "Read, symbolise and visualise raw CPU profiles (gperftools format)"
+    about = "Record, read, compare and convert raw CPU profiles (gperftools format)",
+    after_help = EXIT_STATUS
 )]
 struct Cli {
     #[command(subcommand)]
     command: Command,
 }
 
+/// Where to find the binaries a profile names, when they are not at their recorded paths.
+#[derive(Args, Clone, Default)]
+struct Symbols {
+    /// Binary to read symbols from: stands for the mapped object of the same file name, else
+    /// for the profile's main executable. Repeatable.
+    #[arg(long = "binary", value_name = "FILE")]
+    binaries: Vec<PathBuf>,
+    /// Directory searched for objects missing at their recorded path. Repeatable.
+    #[arg(long = "search-path", value_name = "DIR")]
+    search_path: Vec<PathBuf>,
+}
+
+impl From<Symbols> for Locator {
+    fn from(s: Symbols) -> Locator {
+        Locator {
+            binaries: s.binaries,
+            search_path: s.search_path,
+        }
+    }
+}
+
+/// How `diff` decides what changed.
+#[derive(Args, Clone, Copy)]
+struct DiffCriteria {
+    /// Compare flat (self) shares instead of cumulative ones (the function and all it calls,
+    /// which inlining cannot hide).
+    #[arg(long)]
+    flat: bool,
+    /// Smallest change flagged, in |z| (the change over its sampling error).
+    #[arg(long, default_value_t = 4.0)]
+    threshold: f64,
+    /// Smallest change flagged, in percentage points of share.
+    #[arg(long, default_value_t = 1.0)]
+    min_change: f64,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Target {
+    /// Gzipped pprof protobuf (go tool pprof, Pyroscope, speedscope), symbolised.
+    Pprof,
+    /// One DCPI v0.07 profile per image, into a directory.
+    Dcpi,
+}
+
 #[derive(Subcommand)]
 enum Command {
-    /// Flat and cumulative samples per function, like `pprof -top`.
+    /// Run a program under the profiler, then print a summary and its top functions.
+    #[command(after_help = "Example: cpuprof record -F 1000 -o app.prof -- ./app --flag")]
+    Record {
+        /// Samples per CPU-second (default 100).
+        #[arg(short = 'F', long = "frequency")]
+        frequency: Option<u32>,
+        #[arg(short = 'o', long, default_value = "cpuprof.prof")]
+        output: PathBuf,
+        /// Functions shown after the run.
+        #[arg(short = 'n', long, default_value_t = 10)]
+        count: usize,
+        /// The program and its arguments.
+        #[arg(required = true, last = true)]
+        command: Vec<String>,
+    },
+    /// Flat and cumulative samples per function, like `pprof -top` (raw or DCPI profiles).
     Top {
+        /// A raw profile, a DCPI profile, or a directory of DCPI profiles.
         file: PathBuf,
         /// Sort by cumulative instead of flat samples.
         #[arg(long)]
@@ -33,12 +105,64 @@ enum Command {
         /// Number of functions to show.
         #[arg(short = 'n', long, default_value_t = 20)]
         count: usize,
+        #[command(flatten)]
+        symbols: Symbols,
+    },
+    /// What grew and what shrank between two profiles, or against a history of profiles.
+    #[command(after_help = "\
+Cumulative shares are compared (--flat: self time), so runs of different lengths compare
+fairly and inlined code counts for the function it was inlined into. A change is flagged when it
+is at least --min-change points and at least --threshold standard errors of sampling noise.
+With --history DIR, NEW is compared with the mean and run-to-run spread of the profiles in DIR.
+Exit status 3 when something is flagged.")]
+    Diff {
+        /// The baseline profile (omit with --history).
+        #[arg(required_unless_present = "history")]
+        base: Option<PathBuf>,
+        /// The profile to judge.
+        new: Option<PathBuf>,
+        /// Directory of earlier profiles of the same program (at least two).
+        #[arg(long, value_name = "DIR")]
+        history: Option<PathBuf>,
+        #[command(flatten)]
+        criteria: DiffCriteria,
+        #[command(flatten)]
+        symbols: Symbols,
+    },
+    /// Folded stacks (`main;f;g 12` per line), for flame graph and other tools.
+    Collapse {
+        file: PathBuf,
+        /// Output file (default: standard output).
+        #[arg(short = 'o', long)]
+        output: Option<PathBuf>,
+        #[command(flatten)]
+        symbols: Symbols,
     },
     /// Draw an SVG flame graph.
     Flamegraph {
         file: PathBuf,
         #[arg(short = 'o', long, default_value = "flamegraph.svg")]
         output: PathBuf,
+        #[command(flatten)]
+        symbols: Symbols,
+    },
+    /// Convert to pprof protobuf or to DCPI profiles.
+    Convert {
+        file: PathBuf,
+        #[arg(long = "to", value_enum)]
+        target: Target,
+        /// Output file (pprof) or directory (dcpi).
+        #[arg(short = 'o', long)]
+        output: PathBuf,
+        #[command(flatten)]
+        symbols: Symbols,
+    },
+    /// Sum profiles of the same program into one raw profile.
+    Merge {
+        #[arg(short = 'o', long)]
+        output: PathBuf,
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
     },
     /// Print the header, every record and the mapped objects.
     Dump { file: PathBuf },
@@ -49,7 +173,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli.command) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(message) => {
             eprintln!("cpuprof: {message}");
             ExitCode::from(1)
@@ -57,18 +181,134 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(command: Command) -> Result<(), String> {
+fn run(command: Command) -> Result<u8, String> {
     match command {
-        Command::Top { file, cum, count } => {
-            let profile = read_profile(&file)?;
-            print!("{}", report::top(&profile, cum, count));
-            Ok(())
+        Command::Record {
+            frequency,
+            output,
+            count,
+            command,
+        } => {
+            let outcome = record::run(&command, &output, frequency)?;
+            summarise_recording(&output, count, outcome.killed_by);
+            Ok(outcome.code)
         }
-        Command::Flamegraph { file, output } => {
-            let profile = read_profile(&file)?;
-            report::flamegraph(&profile, &output)?;
+        Command::Top {
+            file,
+            cum,
+            count,
+            symbols,
+        } => {
+            let stacks = read_stacks(&file, &symbols.into())?;
+            print!("{}", report::top(&stacks, cum, count));
+            Ok(0)
+        }
+        Command::Diff {
+            base,
+            new,
+            history,
+            criteria,
+            symbols,
+        } => {
+            let locator: Locator = symbols.into();
+            let criteria = diff::Criteria {
+                cumulative: !criteria.flat,
+                threshold: criteria.threshold,
+                min_points: criteria.min_change,
+            };
+            let (changes, header, before) = match history {
+                Some(dir) => {
+                    // With --history the single positional argument is NEW.
+                    let new = new.or(base).ok_or("diff --history needs the NEW profile")?;
+                    let past = read_history(&dir, &locator)?;
+                    let latest = Stacks::symbolise(&read_profile(&new)?, &locator);
+                    let header = format!(
+                        "{} ({} samples) against {} profiles in {}",
+                        new.display(),
+                        latest.total(),
+                        past.len(),
+                        dir.display()
+                    );
+                    (diff::against_history(&past, &latest, criteria), header, "usual")
+                }
+                None => {
+                    let (base, new) = (
+                        base.ok_or("diff needs BASE and NEW")?,
+                        new.ok_or("diff needs BASE and NEW")?,
+                    );
+                    let (a, b) = (
+                        Stacks::symbolise(&read_profile(&base)?, &locator),
+                        Stacks::symbolise(&read_profile(&new)?, &locator),
+                    );
+                    let header = format!(
+                        "{} ({} samples) -> {} ({} samples)",
+                        base.display(),
+                        a.total(),
+                        new.display(),
+                        b.total()
+                    );
+                    (diff::compare(&a, &b, criteria), header, "before")
+                }
+            };
+            print!("{}", diff::render(&changes, &header, before));
+            Ok(if changes.is_empty() { 0 } else { 3 })
+        }
+        Command::Collapse { file, output, symbols } => {
+            let stacks = Stacks::symbolise(&read_profile(&file)?, &symbols.into());
+            let mut text = stacks.folded().join("\n");
+            text.push('\n');
+            match output {
+                Some(path) => {
+                    std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?
+                }
+                None => print!("{text}"),
+            }
+            Ok(0)
+        }
+        Command::Flamegraph { file, output, symbols } => {
+            let stacks = read_stacks(&file, &symbols.into())?;
+            report::flamegraph(&stacks, &output)?;
             eprintln!("wrote {}", output.display());
-            Ok(())
+            Ok(0)
+        }
+        Command::Convert {
+            file,
+            target,
+            output,
+            symbols,
+        } => {
+            let profile = read_profile(&file)?;
+            let locator: Locator = symbols.into();
+            match target {
+                Target::Pprof => pprof_out::write(&pprof_out::encode(&profile, &locator), &output)?,
+                Target::Dcpi => {
+                    let taken = std::fs::metadata(&file)
+                        .and_then(|m| m.modified())
+                        .unwrap_or(std::time::SystemTime::now());
+                    for path in dcpi::export(&profile, &locator, &output, taken)? {
+                        eprintln!("wrote {}", path.display());
+                    }
+                }
+            }
+            Ok(0)
+        }
+        Command::Merge { output, files } => {
+            let mut profiles = Vec::new();
+            let mut progress = progress::Progress::new("reading", files.len());
+            for (i, f) in files.iter().enumerate() {
+                progress.update(i);
+                profiles.push((f.display().to_string(), read_profile(f)?));
+            }
+            drop(progress);
+            let bytes = merge::merge(&profiles)?;
+            std::fs::write(&output, bytes).map_err(|e| format!("cannot write {}: {e}", output.display()))?;
+            let total: u64 = profiles.iter().map(|(_, p)| p.total_samples()).sum();
+            eprintln!(
+                "wrote {}: {} profiles, {total} samples",
+                output.display(),
+                profiles.len()
+            );
+            Ok(0)
         }
         Command::Dump { file } => {
             let bytes = read_bytes(&file)?;
@@ -76,7 +316,7 @@ fn run(command: Command) -> Result<(), String> {
             print!("{}", report::dump(&profile));
             match defect {
                 Some(e) => Err(format!("{}: {e}", file.display())),
-                None => Ok(()),
+                None => Ok(0),
             }
         }
         Command::Check { file } => {
@@ -91,8 +331,28 @@ fn run(command: Command) -> Result<(), String> {
                 profile.total_samples(),
                 profile.maps.entries.len()
             );
-            Ok(())
+            Ok(0)
         }
+    }
+}
+
+/// After `record`: samples, CPU time and the top functions, on stderr (stdout is the
+/// program's). A program killed by a signal leaves no trailer; the flushed records still count.
+fn summarise_recording(output: &Path, count: usize, killed_by: Option<i32>) {
+    let Ok(bytes) = std::fs::read(output) else {
+        eprintln!("cpuprof: no profile was written to {}", output.display());
+        return;
+    };
+    match Profile::parse_lenient(&bytes) {
+        Ok((profile, defect)) => {
+            if let (Some(e), Some(sig)) = (&defect, killed_by) {
+                eprintln!("cpuprof: the program was killed by signal {sig}; profile incomplete ({e})");
+            }
+            let stacks = Stacks::symbolise(&profile, &Locator::default());
+            eprintln!("cpuprof: profile written to {}", output.display());
+            eprint!("{}", report::top(&stacks, false, count));
+        }
+        Err(e) => eprintln!("cpuprof: {}: {e}", output.display()),
     }
 }
 
@@ -102,4 +362,60 @@ fn read_bytes(file: &Path) -> Result<Vec<u8>, String> {
 
 fn read_profile(file: &Path) -> Result<Profile, String> {
     Profile::parse(&read_bytes(file)?).map_err(|e| format!("{}: {e}", file.display()))
+}
+
+/// A raw profile, a DCPI profile, or a directory of DCPI profiles, symbolised.
+fn read_stacks(file: &Path, locator: &Locator) -> Result<Stacks, String> {
+    if file.is_dir() {
+        let mut profiles = Vec::new();
+        for path in sorted_files(file)? {
+            let bytes = read_bytes(&path)?;
+            if dcpi::is_dcpi(&bytes) {
+                profiles.push(dcpi::parse(&bytes).map_err(|e| format!("{}: {e}", path.display()))?);
+            }
+        }
+        if profiles.is_empty() {
+            return Err(format!("{}: no DCPI profiles in this directory", file.display()));
+        }
+        return Ok(dcpi::stacks(&profiles, locator));
+    }
+    let bytes = read_bytes(file)?;
+    if dcpi::is_dcpi(&bytes) {
+        let profile = dcpi::parse(&bytes).map_err(|e| format!("{}: {e}", file.display()))?;
+        return Ok(dcpi::stacks(&[profile], locator));
+    }
+    let profile = Profile::parse(&bytes).map_err(|e| format!("{}: {e}", file.display()))?;
+    Ok(Stacks::symbolise(&profile, locator))
+}
+
+fn sorted_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| Some(e.ok()?.path()))
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// Every raw profile in `dir`, symbolised; other files are skipped with a note.
+fn read_history(dir: &Path, locator: &Locator) -> Result<Vec<Stacks>, String> {
+    let files = sorted_files(dir)?;
+    let mut out = Vec::new();
+    let mut progress = progress::Progress::new("reading history", files.len());
+    for (i, path) in files.iter().enumerate() {
+        progress.update(i);
+        match Profile::parse(&read_bytes(path)?) {
+            Ok(p) => out.push(Stacks::symbolise(&p, locator)),
+            Err(e) => eprintln!("cpuprof: skipping {}: {e}", path.display()),
+        }
+    }
+    if out.len() < 2 {
+        return Err(format!(
+            "{}: a history needs at least two profiles, found {}",
+            dir.display(),
+            out.len()
+        ));
+    }
+    Ok(out)
 }

@@ -1,11 +1,73 @@
 //! Turns profile addresses into function names, from the binaries named in the maps section:
-//! ELF symbol tables and DWARF (with inlined frames), demangled, for PIE executables and
-//! shared libraries at any load address.
+//! ELF symbol tables and DWARF (with inlined frames and line numbers), demangled, for PIE
+//! executables and shared libraries at any load address.
+//!
+//! A binary that has moved since profiling is found through `--binary` or a search path
+//! ([`Locator`]). Substitutes are checked: a file whose inode differs from the one recorded in
+//! the maps, or whose build-id differs from the original's, is used with a warning.
 
 use addr2line::Loader;
-use cpuprof::format::Maps;
+use cpuprof::format::pprof::Frame;
+use cpuprof::format::{MapEntry, Maps};
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// Where to look for the binaries a profile names.
+#[derive(Clone, Debug, Default)]
+pub struct Locator {
+    /// Files given with `--binary`: each stands for the mapped object of the same file name,
+    /// or, if no mapped object has that name, for the profile's main executable.
+    pub binaries: Vec<PathBuf>,
+    /// Directories searched, in order, for objects missing at their recorded path.
+    pub search_path: Vec<PathBuf>,
+}
+
+impl Locator {
+    /// The file to read for the object mapped from `path` (`main`: whether it is the profile's
+    /// main executable), with a warning when the choice is doubtful.
+    fn locate(&self, path: &str, main: bool) -> (Option<PathBuf>, Option<String>) {
+        let name = file_name(path);
+        let by_name = self.binaries.iter().find(|b| b.file_name().is_some_and(|n| n == name));
+        let chosen = by_name.or(if main { self.binaries.first() } else { None });
+        if let Some(binary) = chosen {
+            return (Some(binary.clone()), check_build_id(path, binary));
+        }
+        if Path::new(path).is_file() {
+            return (Some(PathBuf::from(path)), None);
+        }
+        for dir in &self.search_path {
+            let candidate = dir.join(name);
+            if candidate.is_file() {
+                return (Some(candidate.clone()), check_build_id(path, &candidate));
+            }
+        }
+        let hint = format!("{path}: not found; its addresses stay unsymbolised (use --binary or --search-path)");
+        (None, Some(hint))
+    }
+}
+
+/// A warning if `substitute` and the original `path` (when it still exists) have different
+/// build-ids.
+fn check_build_id(path: &str, substitute: &Path) -> Option<String> {
+    let original = build_id(Path::new(path))?;
+    let replacement = build_id(substitute)?;
+    (original != replacement).then(|| {
+        format!(
+            "{}: build-id {replacement} does not match {path} ({original}); symbols may be wrong",
+            substitute.display()
+        )
+    })
+}
+
+/// The GNU build-id of an ELF file, in hex.
+pub fn build_id(path: &Path) -> Option<String> {
+    let data = std::fs::read(path).ok()?;
+    let file = object::File::parse(&*data).ok()?;
+    let id = file.build_id().ok()??;
+    Some(id.iter().map(|b| format!("{b:02x}")).collect())
+}
 
 /// One binary's symbol sources and its loadable segments (file offset, size, virtual address).
 struct Binary {
@@ -13,6 +75,8 @@ struct Binary {
     segments: Vec<(u64, u64, u64)>,
     /// Function symbols (start, size, name) from .symtab and .dynsym, sorted by start.
     functions: Vec<(u64, u64, String)>,
+    /// Link-time address and size of the (first) executable segment.
+    text: Option<(u64, u64)>,
 }
 
 impl Binary {
@@ -27,60 +91,136 @@ impl Binary {
         let (start, size, name) = &self.functions[i];
         (svma < start + size.max(&1)).then_some(name.as_str())
     }
+
+    /// The link-time address of file offset `offset`, if a loadable segment holds it.
+    fn svma(&self, offset: u64) -> Option<u64> {
+        let &(off, _, vaddr) = self
+            .segments
+            .iter()
+            .find(|&&(off, size, _)| off <= offset && offset < off + size)?;
+        Some(offset - off + vaddr)
+    }
 }
 
-#[derive(Default)]
 pub struct Symbolizer {
+    locator: Locator,
+    /// The profile's main executable (the first mapped file), for `--binary` without a name match.
+    main: Option<String>,
     binaries: HashMap<String, Option<Binary>>,
 }
 
 impl Symbolizer {
-    /// Function names at `addr`, innermost inlined frame first; a hex address when unknown.
-    /// `addr` must already point inside the call instruction for return addresses.
-    pub fn functions(&mut self, maps: &Maps, addr: u64) -> Vec<String> {
-        let unknown = || vec![format!("{addr:#x}")];
-        let Some(map) = maps.find(addr) else { return unknown() };
-        let file_offset = addr - map.start + map.offset;
-        let Some(binary) = self.binary(&map.path) else {
-            return unknown();
-        };
-        let Some(&(off, _, vaddr)) = binary
-            .segments
+    pub fn new(locator: Locator, maps: &Maps) -> Self {
+        let main = maps
+            .entries
             .iter()
-            .find(|&&(off, size, _)| off <= file_offset && file_offset < off + size)
-        else {
-            return unknown();
-        };
-        let svma = file_offset - off + vaddr;
-        let mut names = Vec::new();
-        if let Ok(mut frames) = binary.loader.find_frames(svma) {
-            while let Ok(Some(frame)) = frames.next() {
-                if let Some(name) = frame.function.and_then(|f| f.demangle().ok().map(|n| n.into_owned())) {
-                    names.push(name);
-                }
-            }
+            .find(|e| e.path.starts_with('/'))
+            .map(|e| e.path.clone());
+        Symbolizer {
+            locator,
+            main,
+            binaries: HashMap::new(),
         }
-        if names.is_empty() {
-            match binary.function_at(svma) {
-                Some(sym) => names.push(addr2line::demangle_auto(sym.into(), None).into_owned()),
-                None => names.push(format!("{}+{:#x}", file_name(&map.path), file_offset)),
-            }
-        }
-        names
     }
 
-    fn binary(&mut self, path: &str) -> Option<&Binary> {
-        self.binaries
-            .entry(path.to_string())
-            .or_insert_with(|| load(path))
-            .as_ref()
+    /// Frames at `addr`, innermost inlined frame first; one frame named by the hex address
+    /// (or `object+0xoffset`) when unknown. `addr` must already point inside the call
+    /// instruction for return addresses.
+    pub fn frames(&mut self, maps: &Maps, addr: u64) -> Vec<Frame> {
+        let Some(map) = maps.find(addr) else {
+            return vec![unknown(format!("{addr:#x}"))];
+        };
+        let file_offset = addr - map.start + map.offset;
+        self.frames_in(map, file_offset)
+            .unwrap_or_else(|| vec![unknown(format!("{}+{file_offset:#x}", file_name(&map.path)))])
+    }
+
+    /// Function names at `addr`, innermost first (see [`Symbolizer::frames`]).
+    pub fn functions(&mut self, maps: &Maps, addr: u64) -> Vec<String> {
+        self.frames(maps, addr).into_iter().map(|f| f.function).collect()
+    }
+
+    /// Frames at link-time address `svma` of the object mapped from `path`.
+    pub fn frames_at_svma(&mut self, path: &str, svma: u64) -> Option<Vec<Frame>> {
+        let binary = self.binary(path, 0)?;
+        frames_of(binary, svma)
+    }
+
+    /// Link-time start and size of the executable segment of the object mapped from `path`.
+    pub fn text(&mut self, path: &str) -> Option<(u64, u64)> {
+        self.binary(path, 0)?.text
+    }
+
+    /// The link-time address of `addr` in its object, and that object's recorded path.
+    pub fn svma(&mut self, maps: &Maps, addr: u64) -> Option<(String, u64)> {
+        let map = maps.find(addr)?;
+        let svma = self.binary(&map.path, map.inode)?.svma(addr - map.start + map.offset)?;
+        Some((map.path.clone(), svma))
+    }
+
+    fn frames_in(&mut self, map: &MapEntry, file_offset: u64) -> Option<Vec<Frame>> {
+        let binary = self.binary(&map.path, map.inode)?;
+        frames_of(binary, binary.svma(file_offset)?)
+    }
+
+    fn binary(&mut self, path: &str, inode: u64) -> Option<&Binary> {
+        if !self.binaries.contains_key(path) {
+            let loaded = self.load(path, inode);
+            self.binaries.insert(path.to_string(), loaded);
+        }
+        self.binaries[path].as_ref()
+    }
+
+    fn load(&self, path: &str, inode: u64) -> Option<Binary> {
+        if !path.starts_with('/') {
+            return None;
+        }
+        let (file, warning) = self.locator.locate(path, self.main.as_deref() == Some(path));
+        let warning = warning.or_else(|| {
+            let now = std::fs::metadata(file.as_ref()?).ok()?.ino();
+            (file.as_deref() == Some(Path::new(path)) && inode != 0 && now != inode).then(|| {
+                format!("{path}: replaced since the profile was taken (inode {inode}, now {now}); symbols may be wrong")
+            })
+        });
+        if let Some(w) = warning {
+            eprintln!("cpuprof: warning: {w}");
+        }
+        load_binary(&file?)
     }
 }
 
-fn load(path: &str) -> Option<Binary> {
-    if !path.starts_with('/') {
-        return None;
+fn frames_of(binary: &Binary, svma: u64) -> Option<Vec<Frame>> {
+    let mut out = Vec::new();
+    if let Ok(mut frames) = binary.loader.find_frames(svma) {
+        while let Ok(Some(frame)) = frames.next() {
+            let Some(function) = frame.function.and_then(|f| f.demangle().ok().map(|n| n.into_owned())) else {
+                continue;
+            };
+            let (file, line) = frame.location.map_or((String::new(), 0), |l| {
+                (l.file.unwrap_or("").to_string(), l.line.unwrap_or(0))
+            });
+            out.push(Frame {
+                function,
+                file,
+                line: u64::from(line),
+            });
+        }
     }
+    if out.is_empty() {
+        let sym = binary.function_at(svma)?;
+        out.push(unknown(addr2line::demangle_auto(sym.into(), None).into_owned()));
+    }
+    Some(out)
+}
+
+fn unknown(name: String) -> Frame {
+    Frame {
+        function: name,
+        ..Frame::default()
+    }
+}
+
+fn load_binary(path: &Path) -> Option<Binary> {
     let data = std::fs::read(path).ok()?;
     let file = object::File::parse(&*data).ok()?;
     let segments = file
@@ -90,6 +230,10 @@ fn load(path: &str) -> Option<Binary> {
             (off, size, s.address())
         })
         .collect();
+    let text = file
+        .segments()
+        .find(|s| matches!(s.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0))
+        .map(|s| (s.address(), s.size()));
     let mut functions: Vec<(u64, u64, String)> = file
         .symbols()
         .chain(file.dynamic_symbols())
@@ -103,9 +247,10 @@ fn load(path: &str) -> Option<Binary> {
         loader,
         segments,
         functions,
+        text,
     })
 }
 
-fn file_name(path: &str) -> &str {
+pub fn file_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }

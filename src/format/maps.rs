@@ -9,6 +9,9 @@ pub struct MapEntry {
     pub perms: String,
     /// File offset of `start`.
     pub offset: u64,
+    /// Inode of the mapped file when the profile was taken (0 when anonymous or not given);
+    /// readers compare it with the file now at `path` to notice a rebuilt binary.
+    pub inode: u64,
     /// Path or pseudo-name (`[vdso]`, `[stack]`); empty for anonymous mappings.
     pub path: String,
 }
@@ -72,6 +75,7 @@ fn parse_line(line: &str) -> Option<MapEntry> {
     }
     let offset = u64::from_str_radix(fields.next()?, 16).ok()?;
     let _dev = fields.next()?;
+    let inode = fields.next().and_then(|i| i.parse().ok()).unwrap_or(0);
     // The path is everything after the inode, leading blanks removed (paths may hold spaces).
     let rest = line[line.find(range)? + range.len()..].trim_start();
     let after_inode = rest.splitn(5, [' ', '\t']).nth(4).unwrap_or("");
@@ -80,6 +84,7 @@ fn parse_line(line: &str) -> Option<MapEntry> {
         end,
         perms: perms.to_string(),
         offset,
+        inode,
         path: after_inode.trim().to_string(),
     })
 }
@@ -114,6 +119,7 @@ mod tests {
         let e = &maps.entries[0];
         assert_eq!((e.start, e.end, e.offset), (0x55d4a2c00000, 0x55d4a2c02000, 0x1000));
         assert_eq!(e.path, "/usr/bin/my prog");
+        assert_eq!(e.inode, 1234);
         assert!(e.is_executable());
         assert_eq!(maps.entries[1].path, "[stack]");
         assert_eq!(maps.entries[2].path, "");

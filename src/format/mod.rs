@@ -7,6 +7,7 @@
 //! This module is pure code: no signals, no global state.
 
 pub mod maps;
+pub mod pprof;
 pub mod reader;
 pub mod writer;
 

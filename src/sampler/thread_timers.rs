@@ -12,7 +12,8 @@
 //!   `PERF_EVENT_IOC_REFRESH`. The event signals in user mode only (see [`arm_perf`]), so the
 //!   kernel drops expirations that fall in kernel time; the handler reads the event's count,
 //!   which includes kernel time, and weights the sample with the periods that passed
-//!   ([`rearm_perf_and_weigh`]). Those two calls are the timer's own system calls.
+//!   ([`rearm_perf_and_weigh`]), with a jittered next interval. Those calls (a `read` and two
+//!   `ioctl`s) are the timer's own system calls.
 //!
 //! Threads are armed when profiling starts (all of `/proc/self/task`), when they start
 //! ([`on_thread_start`], called by the `pthread_create` interposer of libcpuprof.so and by
@@ -250,11 +251,30 @@ fn timespec(ns: u64) -> libc::timespec {
     }
 }
 
+/// A random number below `n`. Async-signal-safe: splitmix64 over a shared atomic counter
+/// seeded from the clock at first use (quality enough to decorrelate sampling from workloads).
 fn random_below(n: u64) -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_i32(gettid());
-    h.finish() % n.max(1)
+    static STATE: AtomicU64 = AtomicU64::new(0);
+    const GAMMA: u64 = 0x9e3779b97f4a7c15;
+    let mut z = STATE.fetch_add(GAMMA, Ordering::Relaxed).wrapping_add(GAMMA);
+    if z == GAMMA {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: clock_gettime writes into `ts`; async-signal-safe (vDSO).
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        z ^= (ts.tv_nsec as u64) << 17 ^ ts.tv_sec as u64 ^ u64::from(gettid() as u32) << 40;
+        STATE.fetch_add(z, Ordering::Relaxed);
+    }
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d049bb133111eb);
+    (z ^ (z >> 31)) % n.max(1)
+}
+
+/// A sampling interval drawn uniformly from [period/2, 3*period/2): the mean is the period, and
+/// no periodic workload can stay in step with the samples (a perf event expires after exactly
+/// its period of CPU time, so a loop whose iteration takes about a period would otherwise
+/// be sampled at the same point each time and its functions' shares come out wrong).
+fn jittered(period_ns: u64) -> u64 {
+    period_ns / 2 + random_below(period_ns)
 }
 
 // perf_event_open(2) constants and the attribute layout (PERF_ATTR_SIZE_VER5), which the libc
@@ -266,6 +286,7 @@ const ATTR_DISABLED: u64 = 1 << 0;
 const ATTR_EXCLUDE_KERNEL: u64 = 1 << 5;
 const ATTR_EXCLUDE_HV: u64 = 1 << 6;
 const PERF_EVENT_IOC_REFRESH: libc::c_ulong = 0x2402;
+const PERF_EVENT_IOC_PERIOD: libc::c_ulong = 0x4008_2404;
 const PERF_EVENT_IOC_DISABLE: libc::c_ulong = 0x2401;
 const F_SETSIG: c_int = 10;
 const F_SETOWN_EX: c_int = 15;
@@ -305,9 +326,10 @@ static PERF_ACCOUNTED: [AtomicU64; WEIGHED_FDS] = [const { AtomicU64::new(0) }; 
 /// The sampling period of the perf events, in nanoseconds.
 static PERF_PERIOD_NS: AtomicU64 = AtomicU64::new(0);
 
-/// Re-enables the perf event `fd` that just sent a signal, and returns how many sampling
-/// periods of its thread's CPU time the sample stands for: one, plus the expirations the
-/// kernel dropped because the thread was in the kernel.
+/// Re-enables the perf event `fd` that just sent a signal, with a fresh jittered interval,
+/// and returns how many sampling periods of its thread's CPU time the sample stands for:
+/// the CPU time since the samples so far, kernel time included, in periods (with the
+/// remainder carried to the next sample, so intervals of any length add up exactly).
 ///
 /// # Safety
 /// Async-signal-safe; `fd` comes from the siginfo of a perf signal (a stale or foreign fd only
@@ -315,8 +337,12 @@ static PERF_PERIOD_NS: AtomicU64 = AtomicU64::new(0);
 pub(super) unsafe fn rearm_perf_and_weigh(fd: c_int) -> u64 {
     let mut count: u64 = 0;
     let counted = libc::read(fd, (&mut count as *mut u64).cast(), 8) == 8;
-    libc::ioctl(fd, PERF_EVENT_IOC_REFRESH, 1);
     let period = PERF_PERIOD_NS.load(Ordering::Relaxed);
+    // The event disabled itself at its overflow, so the new interval takes effect on REFRESH
+    // without touching a running timer.
+    let next = jittered(period.max(2));
+    libc::ioctl(fd, PERF_EVENT_IOC_PERIOD, &next as *const u64);
+    libc::ioctl(fd, PERF_EVENT_IOC_REFRESH, 1);
     let Some(accounted) = PERF_ACCOUNTED.get(fd as usize).filter(|_| counted && period > 0) else {
         return 1;
     };
@@ -334,7 +360,9 @@ fn arm_perf(tid: libc::pid_t, signal: c_int, period_ns: u64) -> io::Result<c_int
         kind: PERF_TYPE_SOFTWARE,
         size: std::mem::size_of::<PerfEventAttr>() as u32,
         config: PERF_COUNT_SW_CPU_CLOCK,
-        sample_period: period_ns,
+        // The first interval is random within one period, so threads shorter than a period
+        // are sampled in proportion to their length; later ones are jittered by the handler.
+        sample_period: 1 + random_below(period_ns),
         // User time only: an overflow while the thread is in the kernel would queue a signal
         // that an `execve` in progress carries into the new program, which dies of it. In
         // user mode the signal is delivered at once, on the interrupt's return.

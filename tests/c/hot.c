@@ -31,7 +31,11 @@ __attribute__((always_inline)) static inline unsigned long burn(unsigned long n)
 }
 
 __attribute__((noinline)) void hot_a(unsigned long n) { sink += burn(3 * n); }
-__attribute__((noinline)) void hot_b(unsigned long n) { sink += burn(n); }
+/* Built with -DHOT_B_WORK=2 for a "new version" whose hot_b does twice the work. */
+#ifndef HOT_B_WORK
+#define HOT_B_WORK 1
+#endif
+__attribute__((noinline)) void hot_b(unsigned long n) { sink += burn(HOT_B_WORK * n); }
 
 static double cpu_seconds(void) {
   struct timespec ts;

@@ -1,0 +1,127 @@
+//! `merge`: one profile summing many profiles of the same program (a fleet, or repeated runs).
+//!
+//! Each process mapped its objects at its own addresses, so addresses are translated through
+//! the maps: an address becomes (object, file offset), then the address of that offset in the
+//! first profile's mapping of the object. Objects the first profile did not map get a mapping
+//! of their own above everything else; addresses in no mapping are kept as they are.
+
+use cpuprof::format::{MapEntry, Profile, ProfileWriter, SlotFormat};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+const PAGE: u64 = 4096;
+
+pub fn merge(profiles: &[(String, Profile)]) -> Result<Vec<u8>, String> {
+    let Some((first_name, first)) = profiles.first() else {
+        return Err("nothing to merge".into());
+    };
+    let mut maps: Vec<MapEntry> = first.maps.entries.clone();
+    let mut next_free = maps.iter().map(|e| e.end).max().unwrap_or(0).next_multiple_of(PAGE);
+    let mut stacks: HashMap<Vec<u64>, u64> = HashMap::new();
+    for (name, profile) in profiles {
+        if profile.period_us != first.period_us {
+            return Err(format!(
+                "{name} samples every {} us but {first_name} every {} us; merged counts would mean nothing",
+                profile.period_us, first.period_us
+            ));
+        }
+        let mut translated: HashMap<u64, u64> = HashMap::new();
+        for s in &profile.samples {
+            let pcs: Vec<u64> = s
+                .pcs
+                .iter()
+                .map(|&pc| {
+                    *translated
+                        .entry(pc)
+                        .or_insert_with(|| translate(pc, profile, &mut maps, &mut next_free))
+                })
+                .collect();
+            *stacks.entry(pcs).or_default() += s.count;
+        }
+    }
+    let mut out = ProfileWriter::new(Vec::new(), SlotFormat::NATIVE, first.period_us).map_err(|e| e.to_string())?;
+    let mut sorted: Vec<_> = stacks.into_iter().collect();
+    sorted.sort();
+    for (pcs, count) in sorted {
+        out.write_record(count, &pcs).map_err(|e| e.to_string())?;
+    }
+    let mut text = String::new();
+    for e in &maps {
+        let _ = writeln!(
+            text,
+            "{:x}-{:x} {} {:08x} 00:00 {} {}",
+            e.start, e.end, e.perms, e.offset, e.inode, e.path
+        );
+    }
+    out.finish(text.as_bytes()).map_err(|e| e.to_string())
+}
+
+/// `pc` of `profile` as an address in the merged profile's maps, adding a mapping if needed.
+fn translate(pc: u64, profile: &Profile, maps: &mut Vec<MapEntry>, next_free: &mut u64) -> u64 {
+    let Some(entry) = profile.maps.find(pc) else { return pc };
+    if entry.path.is_empty() {
+        return pc;
+    }
+    let offset = pc - entry.start + entry.offset;
+    let same_object = |e: &MapEntry| {
+        e.path == entry.path && e.perms == entry.perms && e.offset <= offset && offset < e.offset + (e.end - e.start)
+    };
+    if let Some(e) = maps.iter().find(|e| same_object(e)) {
+        return e.start + (offset - e.offset);
+    }
+    let len = entry.end - entry.start;
+    let added = MapEntry {
+        start: *next_free,
+        end: *next_free + len,
+        ..entry.clone()
+    };
+    *next_free = (added.end).next_multiple_of(PAGE);
+    let addr = added.start + (offset - added.offset);
+    maps.push(added);
+    addr
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn profile(base: u64, libs: &[(&str, u64)], samples: &[(&[u64], u64)]) -> Profile {
+        let mut maps = format!("{base:x}-{:x} r-xp 00001000 08:01 7 /bin/app\n", base + 0x1000);
+        for (path, start) in libs {
+            let _ = writeln!(maps, "{start:x}-{:x} r-xp 00000000 08:01 9 {path}", start + 0x2000);
+        }
+        let mut w = ProfileWriter::new(Vec::new(), SlotFormat::LE64, 10_000).unwrap();
+        for (pcs, count) in samples {
+            w.write_record(*count, pcs).unwrap();
+        }
+        Profile::parse(&w.finish(maps.as_bytes()).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn addresses_follow_their_objects_across_processes() {
+        let a = profile(0x10000, &[("/lib/libc.so", 0x70000)], &[(&[0x10010, 0x70020], 2)]);
+        // The same code, loaded elsewhere, plus a library only the second process loaded.
+        let b = profile(
+            0x50000,
+            &[("/lib/libc.so", 0x90000), ("/lib/extra.so", 0xa0000)],
+            &[(&[0x50010, 0x90020], 3), (&[0xa0100], 1)],
+        );
+        let merged = Profile::parse(&merge(&[("a".into(), a), ("b".into(), b)]).unwrap()).unwrap();
+        let mut samples: Vec<_> = merged.samples.iter().map(|s| (s.pcs.clone(), s.count)).collect();
+        samples.sort();
+        assert_eq!(samples.len(), 2);
+        assert_eq!(samples[0], (vec![0x10010, 0x70020], 5));
+        let extra = merged.maps.find(samples[1].0[0]).unwrap();
+        assert_eq!(extra.path, "/lib/extra.so");
+        assert_eq!(samples[1].0[0] - extra.start, 0x100);
+    }
+
+    #[test]
+    fn different_periods_are_refused() {
+        let a = profile(0x10000, &[], &[(&[0x10010], 1)]);
+        let mut b = a.clone();
+        b.period_us = 1000;
+        let e = merge(&[("a".into(), a), ("b".into(), b)]).unwrap_err();
+        assert!(e.contains("1000 us"), "{e}");
+    }
+}

@@ -1,0 +1,323 @@
+//! Encoding of pprof's protobuf profile (`profile.proto` of github.com/google/pprof), the
+//! format of `go tool pprof`, Pyroscope, Parca and speedscope, for CPU profiles: sample types
+//! `samples/count` and `cpu/nanoseconds`. Uncompressed; callers gzip it.
+//!
+//! Hand-written rather than generated: the encoder is a few varint and length-delimited
+//! writes, and it keeps protobuf code generation (and its build dependencies) out of the
+//! library that is preloaded into other programs.
+
+use std::collections::HashMap;
+
+/// A mapped object (`Mapping`).
+#[derive(Clone, Debug, Default)]
+pub struct Mapping {
+    pub start: u64,
+    pub limit: u64,
+    pub file_offset: u64,
+    pub file: String,
+    pub build_id: String,
+}
+
+/// One frame at a location, innermost inlined frame first in `Location::frames`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Frame {
+    pub function: String,
+    pub file: String,
+    pub line: u64,
+}
+
+/// An address (`Location`), with its mapping (index into `Pprof::mappings`) and its frames;
+/// no frames leaves symbolisation to the reader.
+#[derive(Clone, Debug, Default)]
+pub struct Location {
+    pub address: u64,
+    pub mapping: Option<usize>,
+    pub frames: Vec<Frame>,
+}
+
+/// A call chain (indices into `Pprof::locations`, leaf first) seen `count` times.
+#[derive(Clone, Debug)]
+pub struct Sample {
+    pub locations: Vec<usize>,
+    pub count: u64,
+}
+
+/// A CPU profile to encode.
+#[derive(Clone, Debug, Default)]
+pub struct Pprof {
+    pub period_ns: u64,
+    /// Start of the profile, nanoseconds since the epoch (0: unknown).
+    pub time_ns: u64,
+    pub duration_ns: u64,
+    pub mappings: Vec<Mapping>,
+    pub locations: Vec<Location>,
+    pub samples: Vec<Sample>,
+}
+
+impl Pprof {
+    /// The `Profile` message.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut strings = StringTable::default();
+        let mut out = Vec::new();
+        let (samples, count, cpu, nanoseconds) = (
+            strings.id("samples"),
+            strings.id("count"),
+            strings.id("cpu"),
+            strings.id("nanoseconds"),
+        );
+        for (kind, unit) in [(samples, count), (cpu, nanoseconds)] {
+            message(&mut out, 1, |m| {
+                uint(m, 1, kind);
+                uint(m, 2, unit);
+            });
+        }
+        for s in &self.samples {
+            message(&mut out, 2, |m| {
+                packed(m, 1, s.locations.iter().map(|&l| l as u64 + 1));
+                packed(m, 2, [s.count, s.count.saturating_mul(self.period_ns)].into_iter());
+            });
+        }
+        for (i, mapping) in self.mappings.iter().enumerate() {
+            let (file, build_id) = (strings.id(&mapping.file), strings.id(&mapping.build_id));
+            let symbolised = self
+                .locations
+                .iter()
+                .any(|l| l.mapping == Some(i) && !l.frames.is_empty());
+            message(&mut out, 3, |m| {
+                uint(m, 1, i as u64 + 1);
+                uint(m, 2, mapping.start);
+                uint(m, 3, mapping.limit);
+                uint(m, 4, mapping.file_offset);
+                uint(m, 5, file);
+                uint(m, 6, build_id);
+                for field in 7..=10 {
+                    uint(m, field, symbolised as u64);
+                }
+            });
+        }
+        let mut functions: HashMap<(String, String), u64> = HashMap::new();
+        let mut function_list = Vec::new();
+        for (i, location) in self.locations.iter().enumerate() {
+            let lines: Vec<(u64, u64)> = location
+                .frames
+                .iter()
+                .map(|f| {
+                    let next = functions.len() as u64 + 1;
+                    let id = *functions
+                        .entry((f.function.clone(), f.file.clone()))
+                        .or_insert_with(|| {
+                            function_list.push((next, strings.id(&f.function), strings.id(&f.file)));
+                            next
+                        });
+                    (id, f.line)
+                })
+                .collect();
+            message(&mut out, 4, |m| {
+                uint(m, 1, i as u64 + 1);
+                uint(m, 2, location.mapping.map_or(0, |x| x as u64 + 1));
+                uint(m, 3, location.address);
+                for (function, line) in &lines {
+                    message(m, 4, |l| {
+                        uint(l, 1, *function);
+                        uint(l, 2, *line);
+                    });
+                }
+            });
+        }
+        for (id, name, file) in function_list {
+            message(&mut out, 5, |m| {
+                uint(m, 1, id);
+                uint(m, 2, name);
+                uint(m, 3, name);
+                uint(m, 4, file);
+            });
+        }
+        for s in &strings.list {
+            key(&mut out, 6, 2);
+            varint(&mut out, s.len() as u64);
+            out.extend_from_slice(s.as_bytes());
+        }
+        uint(&mut out, 9, self.time_ns);
+        uint(&mut out, 10, self.duration_ns);
+        message(&mut out, 11, |m| {
+            uint(m, 1, cpu);
+            uint(m, 2, nanoseconds);
+        });
+        uint(&mut out, 12, self.period_ns);
+        out
+    }
+}
+
+/// pprof's string table: index 0 is the empty string.
+struct StringTable {
+    list: Vec<String>,
+    index: HashMap<String, u64>,
+}
+
+impl Default for StringTable {
+    fn default() -> Self {
+        StringTable {
+            list: vec![String::new()],
+            index: HashMap::from([(String::new(), 0)]),
+        }
+    }
+}
+
+impl StringTable {
+    fn id(&mut self, s: &str) -> u64 {
+        if let Some(&id) = self.index.get(s) {
+            return id;
+        }
+        let id = self.list.len() as u64;
+        self.list.push(s.to_string());
+        self.index.insert(s.to_string(), id);
+        id
+    }
+}
+
+fn varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn key(out: &mut Vec<u8>, field: u32, wire_type: u8) {
+    varint(out, (u64::from(field) << 3) | u64::from(wire_type));
+}
+
+/// A varint field, omitted when zero (the proto3 default).
+fn uint(out: &mut Vec<u8>, field: u32, v: u64) {
+    if v != 0 {
+        key(out, field, 0);
+        varint(out, v);
+    }
+}
+
+fn packed(out: &mut Vec<u8>, field: u32, values: impl Iterator<Item = u64>) {
+    let mut body = Vec::new();
+    values.for_each(|v| varint(&mut body, v));
+    key(out, field, 2);
+    varint(out, body.len() as u64);
+    out.extend_from_slice(&body);
+}
+
+fn message(out: &mut Vec<u8>, field: u32, fill: impl FnOnce(&mut Vec<u8>)) {
+    let mut body = Vec::new();
+    fill(&mut body);
+    key(out, field, 2);
+    varint(out, body.len() as u64);
+    out.extend_from_slice(&body);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reads (field, wire type, value or bytes) triples of one message level.
+    fn fields(mut b: &[u8]) -> Vec<(u64, Result<u64, Vec<u8>>)> {
+        fn read_varint(b: &mut &[u8]) -> u64 {
+            let (mut v, mut shift) = (0u64, 0);
+            loop {
+                let byte = b[0];
+                *b = &b[1..];
+                v |= u64::from(byte & 0x7f) << shift;
+                if byte < 0x80 {
+                    return v;
+                }
+                shift += 7;
+            }
+        }
+        let mut out = Vec::new();
+        while !b.is_empty() {
+            let k = read_varint(&mut b);
+            match k & 7 {
+                0 => out.push((k >> 3, Ok(read_varint(&mut b)))),
+                2 => {
+                    let n = read_varint(&mut b) as usize;
+                    out.push((k >> 3, Err(b[..n].to_vec())));
+                    b = &b[n..];
+                }
+                t => panic!("wire type {t}"),
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn varints_are_little_endian_base_128() {
+        let mut out = Vec::new();
+        varint(&mut out, 300);
+        assert_eq!(out, [0xac, 0x02]);
+    }
+
+    #[test]
+    fn encodes_samples_locations_functions_and_strings() {
+        let frame = |f: &str| Frame {
+            function: f.into(),
+            file: "a.c".into(),
+            line: 7,
+        };
+        let p = Pprof {
+            period_ns: 10_000_000,
+            mappings: vec![Mapping {
+                start: 0x1000,
+                limit: 0x2000,
+                file: "/bin/a".into(),
+                ..Default::default()
+            }],
+            locations: vec![
+                Location {
+                    address: 0x1010,
+                    mapping: Some(0),
+                    frames: vec![frame("inlined"), frame("leaf")],
+                },
+                Location {
+                    address: 0x1100,
+                    mapping: Some(0),
+                    frames: vec![frame("main")],
+                },
+            ],
+            samples: vec![Sample {
+                locations: vec![0, 1],
+                count: 3,
+            }],
+            ..Default::default()
+        };
+        let top = fields(&p.encode());
+        let strings: Vec<String> = top
+            .iter()
+            .filter(|(f, _)| *f == 6)
+            .map(|(_, v)| String::from_utf8(v.clone().unwrap_err()).unwrap())
+            .collect();
+        assert_eq!(strings[0], "");
+        for s in [
+            "samples",
+            "count",
+            "cpu",
+            "nanoseconds",
+            "/bin/a",
+            "inlined",
+            "leaf",
+            "main",
+            "a.c",
+        ] {
+            assert!(strings.contains(&s.to_string()), "{s}");
+        }
+        let sample = top.iter().find(|(f, _)| *f == 2).unwrap().1.clone().unwrap_err();
+        let sample = fields(&sample);
+        assert_eq!(sample[0], (1, Err(vec![1, 2])));
+        assert_eq!(sample[1].1.clone().unwrap_err(), {
+            let mut v = vec![3];
+            varint(&mut v, 30_000_000);
+            v
+        });
+        let locations: Vec<_> = top.iter().filter(|(f, _)| *f == 4).collect();
+        assert_eq!(locations.len(), 2);
+        let first = fields(locations[0].1.as_ref().unwrap_err());
+        assert_eq!(first.iter().filter(|(f, _)| *f == 4).count(), 2, "two inlined lines");
+        assert_eq!(top.iter().filter(|(f, _)| *f == 5).count(), 3, "three functions");
+        assert!(top.contains(&(12, Ok(10_000_000))));
+    }
+}
