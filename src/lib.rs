@@ -6,11 +6,13 @@
 //! * [`unwind`]: stack walking that cannot fault;
 //! * [`sampler`]: timers and the signal handler (the only code run in signal context);
 //! * [`session`]: start, flush, stop, the writer thread, options and environment variables;
-//! * front ends: [`Profiler`] here, the C ABI in `cdylib/`, the `cpuprof` CLI in `cli/`.
+//! * front ends: [`Profiler`] here, the on-demand [`http`] endpoint, the C ABI in `cdylib/`,
+//!   the `cpuprof` CLI in `cli/`.
 
 mod claim_pool;
 pub mod error;
 pub mod format;
+pub mod http;
 mod profiler;
 pub mod sampler;
 pub mod session;

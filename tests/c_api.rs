@@ -32,6 +32,8 @@ fn exports_exactly_the_profiler_h_functions() {
         "ProfilingIsEnabledForAllThreads",
         // Interposed so that threads get their sampling timer as they start (issue 4).
         "pthread_create",
+        // include/cpuprof.h: the on-demand HTTP endpoint (issue 8).
+        "CpuprofServeHttp",
     ];
     expected.sort();
     assert_eq!(exported, expected);

@@ -2,8 +2,9 @@
 //! library is loaded (linked with `-lcpuprof` or preloaded with `LD_PRELOAD`).
 //!
 //! Only the functions below are exported: the profiler.h API, each a thin adapter over
-//! `cpuprof`'s process-wide session (errors go to stderr: the C API cannot return them), and
-//! `pthread_create`, interposed so that every new thread gets its sampling timer as it starts.
+//! `cpuprof`'s process-wide session (errors go to stderr: the C API cannot return them),
+//! `CpuprofServeHttp` (`include/cpuprof.h`), and `pthread_create`, interposed so that every new
+//! thread gets its sampling timer as it starts. `CPUPROF_HTTP` starts the endpoint at load.
 
 use cpuprof_core::sampler::{thread_timers, ThreadFilter};
 use cpuprof_core::session::{autostart, global, Options};
@@ -32,6 +33,7 @@ pub struct ProfilerState {
 #[ctor::ctor(unsafe)]
 fn load() {
     autostart::start_from_environment();
+    cpuprof_core::http::serve_from_env();
     // SAFETY: registers a plain function to run at exit.
     unsafe { libc::atexit(at_exit) };
 }
@@ -52,6 +54,28 @@ fn start(fname: *const c_char, options: Options) -> c_int {
         Err(e) => {
             eprintln!("cpuprof: ProfilerStart: {e}");
             0
+        }
+    }
+}
+
+/// Starts the on-demand HTTP endpoint (`include/cpuprof.h`) on `address` (`port`, `:port` or
+/// `host:port`; a bare port binds 127.0.0.1). Returns the port bound, or -1 (reason on stderr).
+#[no_mangle]
+pub extern "C" fn CpuprofServeHttp(address: *const c_char) -> c_int {
+    if address.is_null() {
+        eprintln!("cpuprof: CpuprofServeHttp: address is NULL");
+        return -1;
+    }
+    // SAFETY: the caller passes a NUL-terminated string.
+    let address = unsafe { CStr::from_ptr(address) }.to_string_lossy();
+    match cpuprof_core::http::serve(&address) {
+        Ok(bound) => {
+            eprintln!("cpuprof: serving profiles on http://{bound}/pprof/profile");
+            c_int::from(bound.port())
+        }
+        Err(e) => {
+            eprintln!("cpuprof: CpuprofServeHttp({address}): cannot listen: {e}");
+            -1
         }
     }
 }

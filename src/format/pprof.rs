@@ -6,6 +6,7 @@
 //! writes, and it keeps protobuf code generation (and its build dependencies) out of the
 //! library that is preloaded into other programs.
 
+use super::Profile;
 use std::collections::HashMap;
 
 /// A mapped object (`Mapping`).
@@ -55,6 +56,65 @@ pub struct Pprof {
 }
 
 impl Pprof {
+    /// A legacy profile in pprof's terms: one mapping per executable mapping (with the
+    /// build-id `build_id` gives for its path), one location per distinct address, named by
+    /// `frames` (innermost inlined frame first; empty to leave it to the reader). Return
+    /// addresses are moved onto their call instruction (minus one), as pprof's own reader of
+    /// raw profiles does, so both attribute them alike.
+    pub fn from_profile(
+        profile: &Profile,
+        mut frames: impl FnMut(u64) -> Vec<Frame>,
+        mut build_id: impl FnMut(&str) -> String,
+    ) -> Pprof {
+        let mut pprof = Pprof {
+            period_ns: profile.period_us * 1000,
+            ..Pprof::default()
+        };
+        let mut mapping_of_entry: HashMap<usize, usize> = HashMap::new();
+        for (i, entry) in profile.maps.entries.iter().enumerate() {
+            if entry.is_executable() {
+                mapping_of_entry.insert(i, pprof.mappings.len());
+                pprof.mappings.push(Mapping {
+                    start: entry.start,
+                    limit: entry.end,
+                    file_offset: entry.offset,
+                    file: entry.path.clone(),
+                    build_id: build_id(&entry.path),
+                });
+            }
+        }
+        let mut location_of_addr: HashMap<u64, usize> = HashMap::new();
+        for s in &profile.samples {
+            let locations = s
+                .pcs
+                .iter()
+                .enumerate()
+                .map(|(i, &pc)| {
+                    let addr = if i == 0 { pc } else { pc.saturating_sub(1) };
+                    *location_of_addr.entry(addr).or_insert_with(|| {
+                        let mapping = profile
+                            .maps
+                            .entries
+                            .iter()
+                            .position(|e| e.contains(addr) && e.is_executable())
+                            .and_then(|i| mapping_of_entry.get(&i).copied());
+                        pprof.locations.push(Location {
+                            address: addr,
+                            mapping,
+                            frames: frames(addr),
+                        });
+                        pprof.locations.len() - 1
+                    })
+                })
+                .collect();
+            pprof.samples.push(Sample {
+                locations,
+                count: s.count,
+            });
+        }
+        pprof
+    }
+
     /// The `Profile` message.
     pub fn encode(&self) -> Vec<u8> {
         let mut strings = StringTable::default();
@@ -79,10 +139,19 @@ impl Pprof {
         }
         for (i, mapping) in self.mappings.iter().enumerate() {
             let (file, build_id) = (strings.id(&mapping.file), strings.id(&mapping.build_id));
-            let symbolised = self
+            let frames = || {
+                self.locations
+                    .iter()
+                    .filter(move |l| l.mapping == Some(i))
+                    .flat_map(|l| l.frames.iter())
+            };
+            let has_functions = frames().next().is_some();
+            let has_files = frames().any(|f| !f.file.is_empty());
+            let has_lines = frames().any(|f| f.line != 0);
+            let has_inlines = self
                 .locations
                 .iter()
-                .any(|l| l.mapping == Some(i) && !l.frames.is_empty());
+                .any(|l| l.mapping == Some(i) && l.frames.len() > 1);
             message(&mut out, 3, |m| {
                 uint(m, 1, i as u64 + 1);
                 uint(m, 2, mapping.start);
@@ -90,8 +159,8 @@ impl Pprof {
                 uint(m, 4, mapping.file_offset);
                 uint(m, 5, file);
                 uint(m, 6, build_id);
-                for field in 7..=10 {
-                    uint(m, field, symbolised as u64);
+                for (field, flag) in [(7, has_functions), (8, has_files), (9, has_lines), (10, has_inlines)] {
+                    uint(m, field, flag as u64);
                 }
             });
         }

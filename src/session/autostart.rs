@@ -55,7 +55,7 @@ pub fn start_from_environment() {
 
 /// Called at exit: stops a running profile and writes it.
 pub fn stop_at_exit() {
-    match global::stop() {
+    match global::stop_any() {
         Ok(_) | Err(crate::Error::NotRunning) | Err(crate::Error::ForkedChild { .. }) => {}
         Err(e) => eprintln!("cpuprof: {e}"),
     }

@@ -6,7 +6,17 @@ use crate::sync::Mutex;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-static CURRENT: Mutex<Option<Session>> = Mutex::new(None);
+/// Who started the running session: only they stop it, so an application's `ProfilerStop`
+/// cannot cut short a profile requested over HTTP, nor the other way round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Owner {
+    /// The program: the Rust or C API, or `CPUPROFILE`.
+    Program,
+    /// An on-demand profile of the HTTP endpoint.
+    OnDemand,
+}
+
+static CURRENT: Mutex<Option<(Session, Owner)>> = Mutex::new(None);
 
 /// A snapshot of the running session, for `ProfilerGetCurrentState`.
 #[derive(Clone, Debug)]
@@ -16,31 +26,62 @@ pub struct SessionInfo {
     pub samples: u64,
 }
 
+/// Starts the program's profile.
 pub fn start(path: &Path, options: Options) -> Result<(), Error> {
+    start_as(path, options, Owner::Program)
+}
+
+/// Starts an on-demand profile (the HTTP endpoint's).
+pub fn start_on_demand(path: &Path, options: Options) -> Result<(), Error> {
+    start_as(path, options, Owner::OnDemand)
+}
+
+fn start_as(path: &Path, options: Options, owner: Owner) -> Result<(), Error> {
     let mut current = CURRENT.lock();
-    if let Some(running) = current.as_ref() {
+    if let Some((running, _)) = current.as_ref() {
         return Err(Error::AlreadyRunning {
             path: running.path().to_path_buf(),
         });
     }
-    *current = Some(Session::start(path, options)?);
+    *current = Some((Session::start(path, options)?, owner));
     Ok(())
 }
 
+/// Stops the program's profile (an on-demand one is not the program's to stop).
 pub fn stop() -> Result<Report, Error> {
+    stop_if(|owner| owner == Owner::Program)
+}
+
+/// Stops the on-demand profile.
+pub fn stop_on_demand() -> Result<Report, Error> {
+    stop_if(|owner| owner == Owner::OnDemand)
+}
+
+/// Stops whatever profile runs, at exit.
+pub fn stop_any() -> Result<Report, Error> {
+    stop_if(|_| true)
+}
+
+fn stop_if(owned: impl Fn(Owner) -> bool) -> Result<Report, Error> {
     // The lock is held until the old session is fully stopped, so a concurrent start cannot
     // publish its state while this one is still being torn down.
     let mut current = CURRENT.lock();
-    current.take().ok_or(Error::NotRunning)?.stop()
+    match current.take() {
+        Some((session, owner)) if owned(owner) => session.stop(),
+        other => {
+            *current = other;
+            Err(Error::NotRunning)
+        }
+    }
 }
 
 pub fn flush() -> Result<(), Error> {
-    CURRENT.lock().as_ref().ok_or(Error::NotRunning)?.flush();
+    CURRENT.lock().as_ref().ok_or(Error::NotRunning)?.0.flush();
     Ok(())
 }
 
 pub fn info() -> Option<SessionInfo> {
-    CURRENT.lock().as_ref().map(|s| SessionInfo {
+    CURRENT.lock().as_ref().map(|(s, _)| SessionInfo {
         path: s.path().to_path_buf(),
         start_time: s.start_time(),
         samples: s.samples_so_far(),

@@ -5,6 +5,7 @@
  *   hot SECONDS twice PATH1 PATH2    two profiles in one process, one after the other
  *   hot SECONDS unwritable PATH      ProfilerStart(PATH) must fail; the program carries on
  *   hot SECONDS sleep SLEEP          then sleep SLEEP seconds (resuming after EINTR)
+ *   hot 0 stdin                      work until standard input reaches end of file
  *
  * Prints "checksum N" so callers can see it ran to the end, and "cpu SECONDS", the process CPU
  * time used, to compare with the profile's sample total, and "wall SECONDS", the elapsed time. */
@@ -12,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <poll.h>
+#include <unistd.h>
 #ifdef USE_API
 #include <gperftools/profiler.h>
 #endif
@@ -82,6 +85,13 @@ int main(int argc, char **argv) {
     double s = atof(argv[3]);
     struct timespec left = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
     while (nanosleep(&left, &left) != 0) {
+    }
+  } else if (!strcmp(mode, "stdin")) {
+    struct pollfd in = {.fd = 0, .events = POLLIN};
+    char byte;
+    for (;;) {
+      work(0.05);
+      if (poll(&in, 1, 0) > 0 && read(0, &byte, 1) <= 0) break;
     }
   } else {
     work(seconds);

@@ -1,0 +1,252 @@
+//! What each URL answers: pprof's remote-server protocol (`/pprof/...`, read by google-pprof)
+//! and `/debug/pprof/profile` (gzipped protobuf, read by go tool pprof, Parca, Pyroscope).
+
+use super::request::{query_param, Request, Response};
+use super::symbols::Symbolizer;
+use crate::error::Error;
+use crate::format::pprof::{Frame, Pprof};
+use crate::format::Profile;
+use crate::session::{global, Options};
+use flate2::write::GzEncoder;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// `seconds` when the request gives none (pprof's default).
+const DEFAULT_SECONDS: u64 = 30;
+/// Longest profile a request may ask for.
+pub const MAX_SECONDS: u64 = 300;
+
+/// Profiles other programs ask for that cpuprof does not take.
+const UNSUPPORTED: &[&str] = &[
+    "/pprof/heap",
+    "/pprof/growth",
+    "/pprof/contention",
+    "/pprof/pmuprofile",
+    "/debug/pprof/heap",
+    "/debug/pprof/allocs",
+    "/debug/pprof/block",
+    "/debug/pprof/mutex",
+    "/debug/pprof/goroutine",
+    "/debug/pprof/threadcreate",
+    "/debug/pprof/trace",
+];
+
+pub fn handle(req: &Request) -> Response {
+    match (req.method.as_str(), req.path.as_str()) {
+        (_, path) if UNSUPPORTED.contains(&path) => Response::text(
+            501,
+            format!("{path}: not supported; cpuprof takes CPU profiles only (/pprof/profile, /debug/pprof/profile)"),
+        ),
+        ("GET", "/pprof/profile") => profile(req, Encoding::Legacy),
+        ("GET", "/debug/pprof/profile") => profile(req, Encoding::Protobuf),
+        ("GET", "/pprof/symbol") => Response::text(200, "num_symbols: 1"),
+        ("POST", "/pprof/symbol") => symbols(&req.body),
+        ("GET", "/pprof/cmdline") => cmdline(),
+        (_, "/pprof/profile" | "/debug/pprof/profile" | "/pprof/cmdline") => method_not_allowed("GET"),
+        (_, "/pprof/symbol") => method_not_allowed("GET, POST"),
+        (_, path) => Response::text(
+            404,
+            format!(
+                "{path}: no such endpoint; try /pprof/profile?seconds=N, /debug/pprof/profile?seconds=N, \
+                 /pprof/symbol, /pprof/cmdline"
+            ),
+        ),
+    }
+}
+
+fn method_not_allowed(allow: &'static str) -> Response {
+    let mut r = Response::text(405, format!("method not allowed; use {allow}"));
+    r.headers.push(("Allow", allow.to_string()));
+    r
+}
+
+#[derive(Clone, Copy)]
+enum Encoding {
+    /// gperftools' raw profile, symbolised by the client through /pprof/symbol.
+    Legacy,
+    /// gzipped pprof protobuf, symbolised here.
+    Protobuf,
+}
+
+/// Set while an on-demand profile is being taken: one at a time.
+static PROFILING: AtomicBool = AtomicBool::new(false);
+
+fn profile(req: &Request, encoding: Encoding) -> Response {
+    let seconds = match parse_seconds(query_param(&req.query, "seconds")) {
+        Ok(s) => s,
+        Err(message) => return Response::text(400, message),
+    };
+    if PROFILING.swap(true, Ordering::AcqRel) {
+        return Response::text(
+            409,
+            "another profile request is being served; cpuprof takes one profile at a time, retry when it ends",
+        );
+    }
+    let result = take_profile(seconds);
+    PROFILING.store(false, Ordering::Release);
+    let bytes = match result {
+        Ok(bytes) => bytes,
+        Err(Error::AlreadyRunning { path }) => {
+            return Response::text(
+                409,
+                format!(
+                    "the program is already being profiled into {} (CPUPROFILE or ProfilerStart); \
+                     on-demand profiles are served when that profile stops",
+                    path.display()
+                ),
+            )
+        }
+        Err(e) => return Response::text(500, format!("cannot take a profile: {e}")),
+    };
+    match encoding {
+        Encoding::Legacy => Response::new(200, "application/octet-stream", bytes),
+        Encoding::Protobuf => match to_gzipped_protobuf(&bytes) {
+            Ok(body) => {
+                let mut r = Response::new(200, "application/octet-stream", body);
+                r.headers
+                    .push(("Content-Disposition", "attachment; filename=\"profile\"".to_string()));
+                r
+            }
+            Err(e) => Response::text(500, format!("cannot encode the profile: {e}")),
+        },
+    }
+}
+
+pub fn parse_seconds(value: Option<&str>) -> Result<u64, String> {
+    let Some(value) = value else { return Ok(DEFAULT_SECONDS) };
+    match value.parse::<u64>() {
+        Ok(s) if (1..=MAX_SECONDS).contains(&s) => Ok(s),
+        _ => Err(format!(
+            "seconds={value:?}: give a whole number of seconds from 1 to {MAX_SECONDS}"
+        )),
+    }
+}
+
+/// Profiles the whole process for `seconds` into a private temporary file and returns its bytes.
+fn take_profile(seconds: u64) -> Result<Vec<u8>, Error> {
+    static REQUESTS: AtomicU64 = AtomicU64::new(0);
+    let path: PathBuf = std::env::temp_dir().join(format!(
+        "cpuprof-http-{}-{}.prof",
+        std::process::id(),
+        REQUESTS.fetch_add(1, Ordering::Relaxed)
+    ));
+    let options = Options {
+        report_on_stderr: false,
+        ..Options::from_env(|k| std::env::var(k).ok())
+    };
+    global::start_on_demand(&path, options)?;
+    std::thread::sleep(Duration::from_secs(seconds));
+    let stopped = global::stop_on_demand();
+    let bytes = std::fs::read(&path);
+    let _ = std::fs::remove_file(&path);
+    stopped?;
+    bytes.map_err(|source| Error::Write { path, source })
+}
+
+fn to_gzipped_protobuf(legacy: &[u8]) -> Result<Vec<u8>, String> {
+    let profile = Profile::parse(legacy).map_err(|e| e.to_string())?;
+    let mut symbolizer = Symbolizer::new(profile.maps.clone());
+    let pprof = Pprof::from_profile(
+        &profile,
+        |addr| {
+            symbolizer
+                .function(addr)
+                .map(|name| Frame {
+                    function: name.to_string(),
+                    ..Frame::default()
+                })
+                .into_iter()
+                .collect()
+        },
+        |_| String::new(),
+    );
+    let mut gz = GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&pprof.encode()).map_err(|e| e.to_string())?;
+    gz.finish().map_err(|e| e.to_string())
+}
+
+/// `0xADDR+0xADDR...` -> `0xADDR<TAB>name` per address with a known function.
+fn symbols(body: &[u8]) -> Response {
+    let text = String::from_utf8_lossy(body);
+    let mut symbolizer = Symbolizer::for_current_process();
+    let mut out = String::new();
+    for item in text.split(['+', '\n', '\r', ' ']).filter(|s| !s.is_empty()) {
+        let hex = item
+            .strip_prefix("0x")
+            .or_else(|| item.strip_prefix("0X"))
+            .unwrap_or(item);
+        let Ok(addr) = u64::from_str_radix(hex, 16) else {
+            return Response::text(400, format!("{item:?} is not a hexadecimal address"));
+        };
+        if let Some(name) = symbolizer.function(addr) {
+            out.push_str(&format!("{item}\t{name}\n"));
+        }
+    }
+    Response::text(200, out)
+}
+
+fn cmdline() -> Response {
+    let raw = std::fs::read("/proc/self/cmdline").unwrap_or_default();
+    let text: String = String::from_utf8_lossy(&raw).replace('\0', "\n");
+    Response::text(200, text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get(path: &str) -> Request {
+        let (path, query) = path.split_once('?').unwrap_or((path, ""));
+        Request {
+            method: "GET".into(),
+            path: path.into(),
+            query: query.into(),
+            body: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn seconds_are_bounded() {
+        assert_eq!(parse_seconds(None), Ok(30));
+        assert_eq!(parse_seconds(Some("2")), Ok(2));
+        for bad in ["-1", "0", "1e9", "1000000000", "abc", ""] {
+            assert!(parse_seconds(Some(bad)).is_err(), "{bad}");
+        }
+        assert_eq!(handle(&get("/pprof/profile?seconds=-1")).status, 400);
+    }
+
+    #[test]
+    fn text_endpoints_and_refusals() {
+        assert_eq!(handle(&get("/pprof/symbol")).body, b"num_symbols: 1\n");
+        let cmdline = String::from_utf8(handle(&get("/pprof/cmdline")).body).unwrap();
+        assert!(cmdline.lines().next().is_some_and(|l| !l.is_empty()), "{cmdline}");
+        for path in ["/pprof/heap", "/pprof/growth", "/pprof/contention", "/pprof/pmuprofile"] {
+            let r = handle(&get(path));
+            assert_eq!(r.status, 501, "{path}");
+            assert!(String::from_utf8_lossy(&r.body).contains("not supported"));
+        }
+        assert_eq!(handle(&get("/nope")).status, 404);
+        let mut delete = get("/pprof/profile");
+        delete.method = "DELETE".into();
+        assert_eq!(handle(&delete).status, 405);
+    }
+
+    #[test]
+    fn symbol_lookup_names_this_process_functions() {
+        let addr = cmdline as *const () as usize as u64;
+        let mut req = get("/pprof/symbol");
+        req.method = "POST".into();
+        req.body = format!("{addr:#x}+0x8").into_bytes();
+        let body = String::from_utf8(handle(&req).body).unwrap();
+        let lines: Vec<&str> = body.lines().collect();
+        assert_eq!(lines.len(), 1, "{body}");
+        assert!(
+            lines[0].starts_with(&format!("{addr:#x}\t")) && lines[0].contains("cmdline"),
+            "{body}"
+        );
+        req.body = b"0xzz".to_vec();
+        assert_eq!(handle(&req).status, 400);
+    }
+}

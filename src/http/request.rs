@@ -1,0 +1,230 @@
+//! Reading one HTTP/1.x request with hard limits, and writing a response. Anything outside the
+//! limits or the grammar becomes an error status for the client, never a panic or an unbounded
+//! allocation; a client that stalls runs into the socket timeouts set by the server.
+
+use std::io::{self, Read, Write};
+
+/// Request line plus headers.
+pub const MAX_HEAD: usize = 16 * 1024;
+/// Bodies (only `POST /pprof/symbol` has one: addresses, 19 bytes each).
+pub const MAX_BODY: usize = 4 * 1024 * 1024;
+
+#[derive(Debug)]
+pub struct Request {
+    pub method: String,
+    pub path: String,
+    pub query: String,
+    pub body: Vec<u8>,
+}
+
+/// A response with a status and a reason for it.
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub content_type: &'static str,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn new(status: u16, content_type: &'static str, body: Vec<u8>) -> Response {
+        Response {
+            status,
+            content_type,
+            headers: Vec::new(),
+            body,
+        }
+    }
+
+    /// A plain-text answer, for errors and the text endpoints.
+    pub fn text(status: u16, body: impl Into<String>) -> Response {
+        let mut body = body.into();
+        if !body.ends_with('\n') {
+            body.push('\n');
+        }
+        Response::new(status, "text/plain; charset=utf-8", body.into_bytes())
+    }
+
+    pub fn write_to(&self, out: &mut impl Write) -> io::Result<()> {
+        let mut head = format!(
+            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n",
+            self.status,
+            reason(self.status),
+            self.content_type,
+            self.body.len()
+        );
+        for (name, value) in &self.headers {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+        head.push_str("\r\n");
+        out.write_all(head.as_bytes())?;
+        out.write_all(&self.body)?;
+        out.flush()
+    }
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        409 => "Conflict",
+        411 => "Length Required",
+        413 => "Content Too Large",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        503 => "Service Unavailable",
+        _ => "",
+    }
+}
+
+/// Reads one request from `conn`. Errors are the response to send instead.
+pub fn read_request(conn: &mut impl Read) -> Result<Request, Response> {
+    let mut buf = Vec::with_capacity(1024);
+    let head_end = loop {
+        if let Some(i) = find(&buf, b"\r\n\r\n") {
+            break i;
+        }
+        if buf.len() > MAX_HEAD {
+            return Err(Response::text(431, format!("request head over {MAX_HEAD} bytes")));
+        }
+        let mut chunk = [0u8; 4096];
+        match conn.read(&mut chunk) {
+            Ok(0) => return Err(Response::text(400, "connection closed before the request was complete")),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if is_timeout(&e) => return Err(Response::text(408, "request not received in time")),
+            Err(e) => return Err(Response::text(400, format!("cannot read the request: {e}"))),
+        }
+    };
+    if head_end > MAX_HEAD {
+        return Err(Response::text(431, format!("request head over {MAX_HEAD} bytes")));
+    }
+    let head = std::str::from_utf8(&buf[..head_end]).map_err(|_| Response::text(400, "request head is not UTF-8"))?;
+    let mut lines = head.split("\r\n");
+    let request_line = lines.next().unwrap_or("");
+    let mut parts = request_line.split(' ');
+    let (Some(method), Some(target), Some(version), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(Response::text(400, format!("malformed request line {request_line:?}")));
+    };
+    if !version.starts_with("HTTP/1.") || method.is_empty() || !target.starts_with('/') {
+        return Err(Response::text(400, format!("malformed request line {request_line:?}")));
+    }
+    let mut content_length = 0usize;
+    for line in lines {
+        let Some((name, value)) = line.split_once(':') else {
+            return Err(Response::text(400, format!("malformed header line {line:?}")));
+        };
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("content-length") {
+            content_length = value
+                .parse()
+                .map_err(|_| Response::text(400, format!("bad Content-Length {value:?}")))?;
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            return Err(Response::text(
+                411,
+                "send a Content-Length; transfer encodings are not accepted",
+            ));
+        }
+    }
+    if content_length > MAX_BODY {
+        return Err(Response::text(413, format!("body over {MAX_BODY} bytes")));
+    }
+    let mut body = buf[head_end + 4..].to_vec();
+    body.truncate(content_length);
+    while body.len() < content_length {
+        let mut chunk = vec![0u8; (content_length - body.len()).min(64 * 1024)];
+        match conn.read(&mut chunk) {
+            Ok(0) => return Err(Response::text(400, "body shorter than its Content-Length")),
+            Ok(n) => body.extend_from_slice(&chunk[..n]),
+            Err(e) if is_timeout(&e) => return Err(Response::text(408, "request body not received in time")),
+            Err(e) => return Err(Response::text(400, format!("cannot read the body: {e}"))),
+        }
+    }
+    let (mut path, mut query) = target.split_once('?').unwrap_or((target, ""));
+    // google-pprof, given `http://host:port/pprof/profile?seconds=2`, takes that whole URL as
+    // its base and appends `/pprof/symbol` or `/pprof/profile?seconds=30` to it: a path after
+    // the query is the path meant, and the user's own query wins over the appended one.
+    if let Some(slash) = query.find('/') {
+        let (users, appended) = query.split_at(slash);
+        let (appended_path, appended_query) = appended.split_once('?').unwrap_or((appended, ""));
+        path = appended_path;
+        query = if users.is_empty() { appended_query } else { users };
+    }
+    Ok(Request {
+        method: method.to_string(),
+        path: path.to_string(),
+        query: query.to_string(),
+        body,
+    })
+}
+
+fn is_timeout(e: &io::Error) -> bool {
+    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// The value of `key` in a query string (`a=1&b=2`), undecoded.
+pub fn query_param<'a>(query: &'a str, key: &str) -> Option<&'a str> {
+    query
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .find(|(k, _)| *k == key)
+        .map(|(_, v)| v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(raw: &[u8]) -> Result<Request, Response> {
+        read_request(&mut &raw[..])
+    }
+
+    #[test]
+    fn reads_get_and_post() {
+        let r = parse(b"GET /pprof/profile?seconds=2 HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        assert_eq!(
+            (r.method.as_str(), r.path.as_str(), r.query.as_str()),
+            ("GET", "/pprof/profile", "seconds=2")
+        );
+        assert_eq!(query_param(&r.query, "seconds"), Some("2"));
+        let r = parse(b"POST /pprof/symbol HTTP/1.0\r\nContent-Length: 11\r\n\r\n0x10+0x2000").unwrap();
+        assert_eq!(r.body, b"0x10+0x2000");
+        let r = parse(b"GET /pprof/profile?seconds=2/pprof/symbol HTTP/1.1\r\n\r\n").unwrap();
+        assert_eq!(r.path, "/pprof/symbol");
+        let r = parse(b"GET /pprof/profile?seconds=2/pprof/profile?seconds=30 HTTP/1.1\r\n\r\n").unwrap();
+        assert_eq!((r.path.as_str(), r.query.as_str()), ("/pprof/profile", "seconds=2"));
+    }
+
+    #[test]
+    fn refuses_what_it_should() {
+        let status = |raw: &[u8]| parse(raw).unwrap_err().status;
+        assert_eq!(status(b"GET /\r\n\r\n"), 400);
+        assert_eq!(status(b"GET / HTTP/1.1\r\nno colon\r\n\r\n"), 400);
+        assert_eq!(status(b"GET / HTTP/1.1\r\nHost: x"), 400);
+        assert_eq!(status(b"POST / HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n"), 413);
+        assert_eq!(status(b"POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n"), 400);
+        assert_eq!(status(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"), 411);
+        assert_eq!(status(b"POST / HTTP/1.1\r\nContent-Length: 10\r\n\r\nshort"), 400);
+        let mut huge = b"GET / HTTP/1.1\r\nX: ".to_vec();
+        huge.resize(MAX_HEAD + 10, b'a');
+        assert_eq!(status(&huge), 431);
+    }
+
+    #[test]
+    fn responses_carry_length_and_close() {
+        let mut out = Vec::new();
+        Response::text(409, "busy").write_to(&mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.starts_with("HTTP/1.1 409 Conflict\r\n"), "{text}");
+        assert!(text.contains("Content-Length: 5\r\n") && text.contains("Connection: close\r\n"));
+        assert!(text.ends_with("\r\n\r\nbusy\n"));
+    }
+}

@@ -1,0 +1,256 @@
+//! The on-demand HTTP endpoint (`CPUPROF_HTTP`) of a running known-answer program: read by go
+//! tool pprof and google-pprof over the network, a long series of profiles plus hostile
+//! requests that leave the program's output intact and leak no thread or descriptor, and the
+//! 409 answers to a second profile while one is being taken.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
+use support::*;
+
+const FLAGS: &[&str] = &["-O2", "-fno-omit-frame-pointer"];
+
+/// The known-answer program, working until its stdin closes, with the endpoint on a free port.
+struct Server {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    address: String,
+}
+
+impl Server {
+    fn start(name: &str, extra_env: &[(&str, &str)]) -> Server {
+        let dir = scratch_dir(name);
+        let hot = compile_c(&dir, "hot.c", "hot", FLAGS, false);
+        let mut child = Command::new(&hot)
+            .args(["0", "stdin"])
+            .env("LD_PRELOAD", lib())
+            .env("CPUPROF_HTTP", "127.0.0.1:0")
+            .env("CPUPROFILE_FREQUENCY", "1000")
+            .envs(extra_env.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        stderr.read_line(&mut line).unwrap();
+        let address = line
+            .split("http://")
+            .nth(1)
+            .and_then(|rest| rest.split('/').next())
+            .unwrap_or_else(|| panic!("no address announced on stderr: {line:?}"))
+            .to_string();
+        // Keep draining stderr so the program never blocks on it.
+        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+        Server {
+            stdin: child.stdin.take(),
+            child,
+            address,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.address)
+    }
+
+    /// Threads and open descriptors of the program.
+    fn resources(&self) -> (usize, usize) {
+        let count = |dir: String| std::fs::read_dir(dir).unwrap().count();
+        let pid = self.child.id();
+        (count(format!("/proc/{pid}/task")), count(format!("/proc/{pid}/fd")))
+    }
+
+    /// Closes stdin and returns the program's output, asserting a clean exit.
+    fn finish(mut self) -> String {
+        drop(self.stdin.take());
+        let out = self.child.wait_with_output().unwrap();
+        assert!(out.status.success(), "the program failed: {:?}", out.status);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+/// One raw HTTP exchange: the status and the body.
+fn exchange(address: &str, request: &[u8]) -> (u16, Vec<u8>) {
+    let mut conn = TcpStream::connect(address).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    conn.write_all(request).unwrap();
+    let mut response = Vec::new();
+    let _ = conn.read_to_end(&mut response);
+    let head_end = response
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or(response.len());
+    let status = String::from_utf8_lossy(&response[..head_end])
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, response[(head_end + 4).min(response.len())..].to_vec())
+}
+
+fn get(address: &str, target: &str) -> (u16, Vec<u8>) {
+    exchange(address, format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+}
+
+/// Flat percentages from a pprof-style text table.
+fn flat(table: &str) -> std::collections::HashMap<String, f64> {
+    table
+        .lines()
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            Some((cols.get(5..)?.join(" "), cols.get(1)?.strip_suffix('%')?.parse().ok()?))
+        })
+        .collect()
+}
+
+fn assert_three_to_one_flat(reader: &str, output: &str) {
+    let table = flat(output);
+    let (a, b) = (share(&table, "hot_a"), share(&table, "hot_b"));
+    assert!(
+        (a - 75.0).abs() <= 5.0 && (b - 25.0).abs() <= 5.0,
+        "{reader}: hot_a {a}%, hot_b {b}% (want 75/25 ± 5)\n{output}"
+    );
+}
+
+#[test]
+fn go_pprof_and_google_pprof_profile_a_running_program() {
+    let server = Server::start("http_readers", &[]);
+    let home = std::env::temp_dir();
+    let home = [("HOME", home.to_str().unwrap())];
+    let go = run_ok(
+        Path::new("go"),
+        &["tool", "pprof", "-top", &server.url("/debug/pprof/profile?seconds=2")],
+        &home,
+    );
+    assert_three_to_one_flat("go tool pprof", &String::from_utf8_lossy(&go.stdout));
+    let perl = run_ok(
+        Path::new("google-pprof"),
+        &["--text", &server.url("/pprof/profile?seconds=2")],
+        &home,
+    );
+    assert_three_to_one_flat("google-pprof", &String::from_utf8_lossy(&perl.stdout));
+    assert!(server.finish().contains("checksum 1"));
+}
+
+#[test]
+fn many_profiles_and_hostile_requests_leave_the_program_alone() {
+    let server = Server::start("http_load", &[]);
+    let addr = server.address.clone();
+    let (status, body) = get(&addr, "/pprof/profile?seconds=1");
+    assert_eq!(status, 200);
+    cpuprof::format::Profile::parse(&body).unwrap();
+    let baseline = server.resources();
+    // A slow client: connects, sends half a request line, and goes quiet.
+    let mut slow = TcpStream::connect(&addr).unwrap();
+    slow.write_all(b"GET /pprof/sym").unwrap();
+    let hostile: Vec<(Vec<u8>, u16)> = vec![
+        (b"DELETE /pprof/profile HTTP/1.1\r\n\r\n".to_vec(), 405),
+        (b"BREW /pprof/symbol HTTP/1.1\r\n\r\n".to_vec(), 405),
+        (b"GET /pprof/profile?seconds=-1 HTTP/1.1\r\n\r\n".to_vec(), 400),
+        (b"GET /pprof/profile?seconds=1e9 HTTP/1.1\r\n\r\n".to_vec(), 400),
+        (
+            b"GET /debug/pprof/profile?seconds=999999999999 HTTP/1.1\r\n\r\n".to_vec(),
+            400,
+        ),
+        (
+            [
+                b"GET /pprof/symbol HTTP/1.1\r\nX-Big: ".to_vec(),
+                vec![b'a'; 64 * 1024],
+                b"\r\n\r\n".to_vec(),
+            ]
+            .concat(),
+            431,
+        ),
+        (
+            b"POST /pprof/symbol HTTP/1.1\r\nContent-Length: 999999999\r\n\r\n".to_vec(),
+            413,
+        ),
+        (
+            b"POST /pprof/symbol HTTP/1.1\r\nContent-Length: 6\r\n\r\n0xzzzz".to_vec(),
+            400,
+        ),
+        (
+            b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03garbage\r\n\r\n".to_vec(),
+            400,
+        ),
+        (b"GET /pprof/heap HTTP/1.1\r\n\r\n".to_vec(), 501),
+        (b"GET /../../etc/passwd HTTP/1.1\r\n\r\n".to_vec(), 404),
+    ];
+    for round in 0..30 {
+        let (status, body) = get(&addr, "/pprof/profile?seconds=1");
+        assert_eq!(status, 200, "profile {round}: {}", String::from_utf8_lossy(&body));
+        let profile = cpuprof::format::Profile::parse(&body).unwrap();
+        assert!(
+            profile.total_samples() > 200,
+            "profile {round}: {} samples",
+            profile.total_samples()
+        );
+        let (request, want) = &hostile[round % hostile.len()];
+        assert_eq!(
+            exchange(&addr, request).0,
+            *want,
+            "{:?}",
+            String::from_utf8_lossy(&request[..40.min(request.len())])
+        );
+    }
+    drop(slow);
+    // Every connection thread ends (the slow client's by its timeout) and every descriptor
+    // is closed.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server.resources() != baseline && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(server.resources(), baseline, "(threads, fds) after the load");
+    let output = server.finish();
+    assert!(output.contains("checksum 1"), "{output}");
+}
+
+#[test]
+fn one_profile_at_a_time_and_never_over_the_programs_own() {
+    let server = Server::start("http_busy", &[]);
+    let addr = server.address.clone();
+    let first = {
+        let addr = addr.clone();
+        std::thread::spawn(move || get(&addr, "/debug/pprof/profile?seconds=3"))
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let (status, body) = get(&addr, "/pprof/profile?seconds=1");
+    assert_eq!(status, 409, "{}", String::from_utf8_lossy(&body));
+    assert!(String::from_utf8_lossy(&body).contains("one profile at a time"));
+    assert_eq!(first.join().unwrap().0, 200);
+    server.finish();
+
+    // The program profiles itself (CPUPROFILE): an on-demand request is refused, and the
+    // program's profile comes out whole.
+    let file: PathBuf = scratch_dir("http_own").join("own.prof");
+    let server = Server::start("http_own_run", &[("CPUPROFILE", file.to_str().unwrap())]);
+    let (status, body) = get(&server.address, "/pprof/profile?seconds=1");
+    assert_eq!(status, 409);
+    assert!(String::from_utf8_lossy(&body).contains("already being profiled"));
+    std::thread::sleep(Duration::from_millis(500));
+    server.finish();
+    assert_three_to_one("CPUPROFILE with the endpoint", &cpuprof_top(&file));
+}
+
+#[test]
+fn an_address_in_use_is_reported_and_the_program_runs_on() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dir = scratch_dir("http_in_use");
+    let hot = compile_c(&dir, "hot.c", "hot", FLAGS, false);
+    let port = taken.local_addr().unwrap().port().to_string();
+    let out = Command::new(&hot)
+        .arg("0.2")
+        .env("LD_PRELOAD", lib())
+        .env("CPUPROF_HTTP", &port)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("checksum 1"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot listen") && err.contains("in use"), "{err}");
+}
