@@ -60,8 +60,11 @@ fn start(fname: *const c_char, options: Options) -> c_int {
 
 /// Starts the on-demand HTTP endpoint (`include/cpuprof.h`) on `address` (`port`, `:port` or
 /// `host:port`; a bare port binds 127.0.0.1). Returns the port bound, or -1 (reason on stderr).
+///
+/// # Safety
+/// `address` is NULL or a NUL-terminated string.
 #[no_mangle]
-pub extern "C" fn CpuprofServeHttp(address: *const c_char) -> c_int {
+pub unsafe extern "C" fn CpuprofServeHttp(address: *const c_char) -> c_int {
     if address.is_null() {
         eprintln!("cpuprof: CpuprofServeHttp: address is NULL");
         return -1;
