@@ -45,6 +45,8 @@ def build(workdir):
         exes[name] = os.path.join(workdir, "overhead_" + name)
         subprocess.run(["cc", "-O2", "-g", *flags, os.path.join(ROOT, "bench/overhead.c"), "-o", exes[name],
                         "-lpthread"], check=True)
+    exes["floor"] = os.path.join(workdir, "signal_floor")
+    subprocess.run(["cc", "-O2", os.path.join(ROOT, "bench/signal_floor.c"), "-o", exes["floor"]], check=True)
     exes["stacks"] = os.path.join(workdir, "distinct_stacks")
     subprocess.run(["cc", "-O2", "-g", "-fno-omit-frame-pointer", os.path.join(ROOT, "bench/distinct_stacks.c"),
                     "-o", exes["stacks"], "-ldl"], check=True)
@@ -87,7 +89,7 @@ def measure(exe, args, config, hz, workdir):
     cpu, out = run([exe, *args], env)
     rss = int(out["peak_rss_kib"])
     if library is None:
-        return {"cpu": cpu, "rss": rss, "samples": 0, "bytes": 0}
+        return {"cpu": cpu, "rss": rss, "samples": 1, "bytes": 0}
     return {"cpu": cpu, "rss": rss, "samples": profile_samples(profile), "bytes": os.path.getsize(profile)}
 
 
@@ -106,41 +108,63 @@ def overhead_tables(exes, rounds, cpu_seconds, workdir):
     }
     rows = []
     for workload, (exe, args) in workloads.items():
-        results = {(c, hz): [] for c in CONFIGS for hz in ((100, 1000) if CONFIGS[c][0] else (0,))}
-        baseline = []
+        runs = {c: [] for c in CONFIGS}
         for _ in range(rounds):
             base = measure(exe, args, None, 0, workdir)
-            baseline.append(base)
             for config in CONFIGS:
-                for hz in (100, 1000) if CONFIGS[config][0] else (0,):
-                    r = measure(exe, args, config, hz, workdir)
-                    r["overhead"] = r["cpu"] / base["cpu"] - 1
-                    r["per_sample_ns"] = (r["cpu"] - base["cpu"]) / max(r["samples"], 1) * 1e9
-                    r["rss_added"] = r["rss"] - base["rss"]
-                    results[(config, hz)].append(r)
-        base_cpu = statistics.median(b["cpu"] for b in baseline)
-        for (config, hz), runs in results.items():
-            med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-            rows.append((workload, config, hz, base_cpu, med))
+                got = {hz: measure(exe, args, config, hz, workdir) for hz in (100, 1000)}
+                runs[config].append((base, got[100], got[1000]))
+        for config, per_round in runs.items():
+            med = lambda f: statistics.median(f(b, lo, hi) for b, lo, hi in per_round)
+            row = {
+                "rate100": med(lambda b, lo, hi: lo["samples"] / lo["cpu"]),
+                "rate1000": med(lambda b, lo, hi: hi["samples"] / hi["cpu"]),
+                "over100": med(lambda b, lo, hi: lo["cpu"] / b["cpu"] - 1),
+                "over1000": med(lambda b, lo, hi: hi["cpu"] / b["cpu"] - 1),
+                "rss": med(lambda b, lo, hi: hi["rss"] - b["rss"]),
+                "bytes": med(lambda b, lo, hi: hi["bytes"] / max(hi["samples"], 1)),
+            }
+            # The cost of one more sample: the slope between the two frequencies, which
+            # leaves out what does not grow with samples (loading the library, start, stop).
+            if CONFIGS[config][0]:
+                row["per_sample"] = med(lambda b, lo, hi: (hi["cpu"] - lo["cpu"]) / max(hi["samples"] - lo["samples"], 1) * 1e9)
+            rows.append((workload, config, row))
         print(f"... {workload} done", flush=True)
     print(f"\nCPU overhead, fixed work of ~{cpu_seconds} CPU-s unprofiled (median of {rounds} rounds, ratios "
           "within a round)\n")
-    print("| workload | profiler | requested Hz | samples per CPU-s | CPU overhead | ns per sample "
-          "| RSS added (KiB) | bytes per sample |")
-    print("|---|---|---|---|---|---|---|---|")
-    for workload, config, hz, base_cpu, m in rows:
-        if m["samples"] == 0:
-            print(f"| {workload} | {config} | | | {100 * m['overhead']:+.2f} % | | {m['rss_added']:.0f} | |")
+    print("| workload | profiler | samples per CPU-s at 100 Hz | overhead at 100 Hz | samples per CPU-s at 1000 Hz "
+          "| overhead at 1000 Hz | ns per extra sample | RSS added (KiB) | bytes per sample at 1000 Hz |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for workload, config, r in rows:
+        if "per_sample" not in r:
+            print(f"| {workload} | {config} | | {100 * r['over100']:+.2f} % | | {100 * r['over1000']:+.2f} % | "
+                  f"| {r['rss']:.0f} | |")
             continue
-        print(f"| {workload} | {config} | {hz} | {m['samples'] / m['cpu']:.0f} | {100 * m['overhead']:+.2f} % "
-              f"| {m['per_sample_ns']:.0f} | {m['rss_added']:.0f} | {m['bytes'] / max(m['samples'], 1):.1f} |")
-    print("\nCost per sample relative to gperftools, 1000 Hz requested (median ns per sample)\n")
-    cpuprofs = [c for c in CONFIGS if c.startswith("cpuprof")]
-    print("| workload | " + " | ".join(cpuprofs) + " |")
-    print("|---|" + "---|" * len(cpuprofs))
-    for workload in workloads:
-        per = {c: m["per_sample_ns"] for w, c, hz, _, m in rows if w == workload and hz == 1000}
-        print(f"| {workload} | " + " | ".join(f"{per[c] / per['gperftools']:.2f}" for c in cpuprofs) + " |")
+        print(f"| {workload} | {config} | {r['rate100']:.0f} | {100 * r['over100']:+.2f} % | {r['rate1000']:.0f} "
+              f"| {100 * r['over1000']:+.2f} % | {r['per_sample']:.0f} | {r['rss']:.0f} | {r['bytes']:.1f} |")
+
+
+def floor_table(exes, rounds, cpu_seconds):
+    """The platform's cost per timer signal with an empty handler (no profiler)."""
+    units, modes = 200, ["none", "posix", "perf"]
+    cpu, _ = run([exes["floor"], "none", "1000", str(units)], {})
+    units = max(1, int(units * cpu_seconds / max(cpu, 1e-3)))
+    print(f"\nThe platform's floor: an empty handler on each timer, {cpu_seconds} CPU-s of work "
+          f"(median of {rounds} rounds)\n")
+    print("| timer | requested Hz | signals per CPU-s | CPU overhead | ns per signal |")
+    print("|---|---|---|---|---|")
+    for hz in (100, 1000):
+        results = {m: [] for m in modes}
+        for _ in range(rounds):
+            for mode in modes:
+                c, out = run([exes["floor"], mode, str(hz), str(units)], {})
+                results[mode].append((c, int(out["signals"])))
+        for mode in modes[1:]:
+            ratios = [r[0] / b[0] - 1 for r, b in zip(results[mode], results["none"])]
+            per = [(r[0] - b[0]) / max(r[1], 1) * 1e9 for r, b in zip(results[mode], results["none"])]
+            rate = statistics.median(r[1] / r[0] for r in results[mode])
+            print(f"| {mode} | {hz} | {rate:.0f} | {100 * statistics.median(ratios):+.2f} % "
+                  f"| {statistics.median(per):.0f} |")
 
 
 def stop_table(exes, rounds, bits, workdir):
@@ -184,6 +208,7 @@ def main():
     with tempfile.TemporaryDirectory() as workdir:
         exes = build(workdir)
         if not args.skip_overhead:
+            floor_table(exes, args.rounds, args.cpu_seconds)
             overhead_tables(exes, args.rounds, args.cpu_seconds, workdir)
         stop_table(exes, 3, args.stack_bits, workdir)
     print(f"\n({time.time() - started:.0f} s)")

@@ -7,7 +7,8 @@ cargo build --release --workspace
 out=target/demo
 mkdir -p "$out"
 cc -O2 -g -fno-omit-frame-pointer examples/demo.c -o "$out/demo"
-LD_PRELOAD="$PWD/target/release/libcpuprof.so" CPUPROFILE="$out/demo.prof" "$out/demo"
-target/release/cpuprof top "$out/demo.prof"
+# `cpuprof record` preloads target/release/libcpuprof.so (the same as running the program with
+# LD_PRELOAD=... CPUPROFILE=...), then prints the top functions.
+target/release/cpuprof record -o "$out/demo.prof" -- "$out/demo"
 target/release/cpuprof flamegraph "$out/demo.prof" -o "$out/demo.svg"
 echo "open $out/demo.svg in a browser for the flame graph"
