@@ -52,11 +52,14 @@ pub fn serve(address: &str) -> io::Result<SocketAddr> {
 }
 
 /// Starts the endpoint if `CPUPROF_HTTP` asks for it (never in setuid/setgid programs).
-/// Failures are reported on stderr; the program runs on without the endpoint.
+/// Failures are reported on stderr; the program runs on without the endpoint. The variable is
+/// removed, so programs this one runs (`system`, `fork` + `exec`) do not fight for the port.
+/// Called from the library's constructor, before the program's own threads exist.
 pub fn serve_from_env() {
     let Some(address) = std::env::var("CPUPROF_HTTP").ok().filter(|a| !a.is_empty()) else {
         return;
     };
+    std::env::remove_var("CPUPROF_HTTP");
     if crate::session::autostart::is_privileged() {
         return;
     }
