@@ -175,7 +175,7 @@ fn handler_path_makes_only_the_timers_system_calls() {
         for e in &env {
             args.extend(["-E".into(), e.clone()]);
         }
-        args.extend([prog.display().to_string(), "300000000".into()]);
+        args.extend([prog.display().to_string(), "500000000".into()]);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let out = run_ok(std::path::Path::new("strace"), &args, &[]);
         let v = values(&out);
