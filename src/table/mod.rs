@@ -131,6 +131,11 @@ impl CallChainTable {
         self.row_len - 1
     }
 
+    /// Capacity of the eviction ring, in slots (a record of n PCs takes n + 2).
+    pub fn ring_capacity_slots(&self) -> usize {
+        self.ring.capacity_slots()
+    }
+
     /// Adds `weight` samples for the chain `pcs` (cut to `max_depth`). Async-signal-safe.
     pub fn record(&self, pcs: &[u64], weight: u64) {
         if pcs.is_empty() || weight == 0 {
