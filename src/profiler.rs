@@ -68,7 +68,7 @@ impl ProfilerBuilder {
     /// CPU timers, else a process-wide CPU timer).
     ///
     /// Per-thread timers reach threads started after `start` through the writer thread's
-    /// poll of `/proc/self/task` (at least every 100 ms): a thread that lives less than that may go
+    /// poll of `/proc/self/task` (at least every 50 ms): a thread that lives less than that may go
     /// unsampled. Programs run under libcpuprof.so (LD_PRELOAD or `-lcpuprof`) arm threads
     /// as they start instead, through its `pthread_create` interposer.
     pub fn timer(mut self, timer: TimerChoice) -> Self {
