@@ -235,7 +235,7 @@ pub fn stacks(profiles: &[DcpiProfile], locator: &Locator) -> Stacks {
                 .then(|| symbolizer.frames_at_svma(&path, addr))
                 .flatten()
                 .map(|f| f.into_iter().rev().map(|f| f.function).collect())
-                .unwrap_or_else(|| vec![format!("{}+{offset:#x}", file_name(&path))]);
+                .unwrap_or_else(|| vec![format!("[{}]", file_name(&path))]);
             out.push((frames, count));
         }
     }

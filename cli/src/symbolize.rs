@@ -123,8 +123,9 @@ impl Symbolizer {
         }
     }
 
-    /// Frames at `addr`, innermost inlined frame first; one frame named by the hex address
-    /// (or `object+0xoffset`) when unknown. `addr` must already point inside the call
+    /// Frames at `addr`, innermost inlined frame first. Unknown code is one frame named
+    /// `[object]` (as pprof names it), so a stripped library's many unnamed addresses add up
+    /// in one row instead of scattering; an address in no mapping is named in hex. `addr` must already point inside the call
     /// instruction for return addresses.
     pub fn frames(&mut self, maps: &Maps, addr: u64) -> Vec<Frame> {
         let Some(map) = maps.find(addr) else {
@@ -132,7 +133,7 @@ impl Symbolizer {
         };
         let file_offset = addr - map.start + map.offset;
         self.frames_in(map, file_offset)
-            .unwrap_or_else(|| vec![unknown(format!("{}+{file_offset:#x}", file_name(&map.path)))])
+            .unwrap_or_else(|| vec![unknown(format!("[{}]", file_name(&map.path)))])
     }
 
     /// Function names at `addr`, innermost first (see [`Symbolizer::frames`]).
