@@ -33,18 +33,10 @@ fn text(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Cumulative percentages from a `flat flat% sum% cum cum% name` table (cumulative, because
-/// `burn` is inlined into hot_a and hot_b: readers that expand inlined frames give it the flat
-/// time).
+/// Cumulative percentages of a `top` table. Cumulative, because `burn` is inlined into hot_a
+/// and hot_b: readers that expand inlined frames give it the flat time.
 fn cum(table: &str) -> HashMap<String, f64> {
-    table
-        .lines()
-        .filter_map(|l| {
-            let cols: Vec<&str> = l.split_whitespace().collect();
-            let pct = cols.get(4)?.strip_suffix('%')?.parse().ok()?;
-            Some((cols.get(5..)?.join(" "), pct))
-        })
-        .collect()
+    cum_percentages(table)
 }
 
 fn go_pprof_top(args: &[&str]) -> String {

@@ -97,19 +97,8 @@ fn get(address: &str, target: &str) -> (u16, Vec<u8>) {
     exchange(address, format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
 }
 
-/// Flat percentages from a pprof-style text table.
-fn flat(table: &str) -> std::collections::HashMap<String, f64> {
-    table
-        .lines()
-        .filter_map(|l| {
-            let cols: Vec<&str> = l.split_whitespace().collect();
-            Some((cols.get(5..)?.join(" "), cols.get(1)?.strip_suffix('%')?.parse().ok()?))
-        })
-        .collect()
-}
-
 fn assert_three_to_one_flat(reader: &str, output: &str) {
-    let table = flat(output);
+    let table = percentages(output, 1);
     let (a, b) = (share(&table, "hot_a"), share(&table, "hot_b"));
     assert!(
         (a - 75.0).abs() <= 5.0 && (b - 25.0).abs() <= 5.0,

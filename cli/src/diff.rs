@@ -49,7 +49,7 @@ pub fn compare(base: &Stacks, new: &Stacks, criteria: Criteria) -> Vec<Change> {
     let (before, after) = (shares(base, criteria.cumulative), shares(new, criteria.cumulative));
     let (n1, n2) = (base.total() as f64, new.total() as f64);
     let names: BTreeSet<&String> = before.keys().chain(after.keys()).collect();
-    let mut changes: Vec<Change> = names
+    let changes: Vec<Change> = names
         .into_iter()
         .filter_map(|name| {
             let (p1, p2) = (
@@ -59,17 +59,10 @@ pub fn compare(base: &Stacks, new: &Stacks, criteria: Criteria) -> Vec<Change> {
             // Two-proportion z-test with the pooled share.
             let pooled = (p1 * n1 + p2 * n2) / (n1 + n2) / 100.0;
             let se = 100.0 * (pooled * (1.0 - pooled) * (1.0 / n1 + 1.0 / n2)).sqrt();
-            let z = if se > 0.0 { (p2 - p1) / se } else { 0.0 };
-            flagged(p2 - p1, z, criteria).then(|| Change {
-                function: name.clone(),
-                before: p1,
-                after: p2,
-                z,
-            })
+            flagged(name, p1, p2, se, criteria)
         })
         .collect();
-    changes.sort_by(|a, b| (b.after - b.before).abs().total_cmp(&(a.after - a.before).abs()));
-    changes
+    largest_first(changes)
 }
 
 /// Functions whose share in `new` lies outside what `history` shows: the history's mean and
@@ -80,7 +73,7 @@ pub fn against_history(history: &[Stacks], new: &Stacks, criteria: Criteria) -> 
     let n = new.total() as f64;
     let runs = past.len() as f64;
     let names: BTreeSet<&String> = past.iter().flat_map(|p| p.keys()).chain(now.keys()).collect();
-    let mut changes: Vec<Change> = names
+    let changes: Vec<Change> = names
         .into_iter()
         .filter_map(|name| {
             let values: Vec<f64> = past.iter().map(|p| p.get(name).copied().unwrap_or(0.0)).collect();
@@ -90,21 +83,28 @@ pub fn against_history(history: &[Stacks], new: &Stacks, criteria: Criteria) -> 
             let p = ((mean + share) / 200.0).clamp(0.0, 1.0);
             let sampling = 100.0 * 100.0 * p * (1.0 - p) / n;
             let se = (spread * (1.0 + 1.0 / runs) + sampling).sqrt();
-            let z = if se > 0.0 { (share - mean) / se } else { 0.0 };
-            flagged(share - mean, z, criteria).then(|| Change {
-                function: name.clone(),
-                before: mean,
-                after: share,
-                z,
-            })
+            flagged(name, mean, share, se, criteria)
         })
         .collect();
-    changes.sort_by(|a, b| (b.after - b.before).abs().total_cmp(&(a.after - a.before).abs()));
-    changes
+    largest_first(changes)
 }
 
-fn flagged(points: f64, z: f64, criteria: Criteria) -> bool {
-    points.abs() >= criteria.min_points && z.abs() >= criteria.threshold
+/// The change of `function` from share `before` to `after` (standard error `se`), if it
+/// passes `criteria`.
+fn flagged(function: &str, before: f64, after: f64, se: f64, criteria: Criteria) -> Option<Change> {
+    let z = if se > 0.0 { (after - before) / se } else { 0.0 };
+    let large = (after - before).abs() >= criteria.min_points && z.abs() >= criteria.threshold;
+    large.then(|| Change {
+        function: function.to_string(),
+        before,
+        after,
+        z,
+    })
+}
+
+fn largest_first(mut changes: Vec<Change>) -> Vec<Change> {
+    changes.sort_by(|a, b| (b.after - b.before).abs().total_cmp(&(a.after - a.before).abs()));
+    changes
 }
 
 /// The report: what grew, what shrank.

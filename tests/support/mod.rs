@@ -133,12 +133,12 @@ pub fn reported_cpu_seconds(out: &Output) -> f64 {
 
 /// Cumulative percentage per function from a pprof-style table whose 5th column is cum%
 /// and whose function name starts at the 6th (cpuprof top, google-pprof --text, go tool pprof -top).
-fn cum_percentages(table: &str) -> HashMap<String, f64> {
+pub fn cum_percentages(table: &str) -> HashMap<String, f64> {
     percentages(table, 4)
 }
 
 /// Percentages from column `col` of a `flat flat% sum% cum cum% name` table.
-fn percentages(table: &str, col: usize) -> HashMap<String, f64> {
+pub fn percentages(table: &str, col: usize) -> HashMap<String, f64> {
     let mut out = HashMap::new();
     for line in table.lines() {
         let cols: Vec<&str> = line.split_whitespace().collect();
