@@ -157,8 +157,8 @@ fn handler_path_makes_only_the_timers_system_calls() {
         false,
     );
     for (timer, unwinder, timer_calls) in [
-        ("perf", "auto", &[("read", 1), ("ioctl", 2)][..]),
-        ("perf", "fp", &[("read", 1), ("ioctl", 2)][..]),
+        ("perf", "auto", &[("read", 1), ("ioctl", 3)][..]),
+        ("perf", "fp", &[("read", 1), ("ioctl", 3)][..]),
         ("thread", "auto", &[][..]),
         ("itimer", "auto", &[][..]),
     ] {

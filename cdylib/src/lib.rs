@@ -139,7 +139,7 @@ pub extern "C" fn ProfilingIsEnabledForAllThreads() -> c_int {
 /// stack range is recorded so that its walks need no readability probes.
 #[no_mangle]
 pub extern "C" fn ProfilerRegisterThread() {
-    thread_timers::on_thread_start();
+    thread_timers::on_thread_start(None);
     THREAD_STACKS.register_current_thread();
 }
 
@@ -183,7 +183,7 @@ pub unsafe extern "C" fn pthread_create(
 extern "C" fn start_thread(call: *mut c_void) -> *mut c_void {
     // SAFETY: `call` is the box made by our pthread_create for this thread.
     let (start, arg) = *unsafe { Box::from_raw(call as *mut (StartRoutine, *mut c_void)) };
-    thread_timers::on_thread_start();
+    thread_timers::on_thread_start(Some(start as usize));
     start(arg)
 }
 

@@ -6,9 +6,10 @@
 //! no handler can still be using it before the session frees it.
 
 use super::context::interrupted_registers;
-use super::thread_timers::{rearm_perf_and_weigh, ThreadTimerKind};
+use super::thread_timers::ThreadTimerKind;
 use super::timer::Clock;
 use super::walk_stack::Workspace;
+use super::{perf_event, thread_accounts};
 use crate::claim_pool::ClaimPool;
 use crate::table::{CallChainTable, TableConfig};
 use crate::unwind::{self, thread_pointer, DwarfUnwinder, THREAD_STACKS};
@@ -84,12 +85,18 @@ impl SamplerState {
     unsafe fn signal_weight(&self, info: *const libc::siginfo_t) -> u64 {
         let info = &*(info as *const SigInfoFields);
         match self.source {
-            SampleSource::ThreadTimers(ThreadTimerKind::Posix) if info.code == libc::SI_TIMER => {
-                1 + info.timer_overrun.max(0) as u64
+            // Per-thread timers of either kind: a perf registry gives POSIX timers to threads
+            // it cannot give an event, so the signal's code tells which sent it.
+            SampleSource::ThreadTimers(_) if info.code == libc::SI_TIMER => {
+                let periods = 1 + info.timer_overrun.max(0) as u64;
+                thread_accounts::credit(thread_pointer(), periods);
+                periods
             }
             // Kernel-generated SIGPOLL-style codes are positive; signals sent by kill or
             // sigqueue are not, and carry no fd of ours.
-            SampleSource::ThreadTimers(ThreadTimerKind::Perf) if info.code > 0 => rearm_perf_and_weigh(info.poll_fd),
+            SampleSource::ThreadTimers(ThreadTimerKind::Perf) if info.code > 0 => {
+                perf_event::rearm_and_weigh(info.poll_fd)
+            }
             _ => 1,
         }
     }
@@ -206,6 +213,17 @@ pub fn unpublish() -> Option<Arc<SamplerState>> {
     }
     // SAFETY: `ptr` came from Arc::into_raw in `publish`, and no handler holds it any more.
     Some(unsafe { Arc::from_raw(ptr) })
+}
+
+/// Adds `weight` samples of the call chain `pcs` from outside signal context: a thread settling,
+/// as it exits, what its timer owed it. Nothing is recorded when no profile is running.
+pub fn record_outside_handler(pcs: &[u64], weight: u64) {
+    IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+    // SAFETY: the state stays alive while IN_FLIGHT is non-zero (see `unpublish`).
+    if let Some(state) = unsafe { CURRENT.load(Ordering::SeqCst).as_ref() } {
+        state.table.record(pcs, weight);
+    }
+    IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
 }
 
 /// The `SA_SIGINFO` handler for the profiling signal.

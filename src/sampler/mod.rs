@@ -2,7 +2,9 @@
 
 mod context;
 pub mod handler;
+mod perf_event;
 pub mod signals;
+mod thread_accounts;
 pub mod thread_timers;
 pub mod timer;
 mod walk_stack;

@@ -1,32 +1,37 @@
 //! One sampling timer per thread, for every thread, so each thread is sampled by its own CPU
 //! time: no under-counting of busy threads when several run at once, and each expiry the
-//! kernel could not deliver is reported (`si_overrun`) and counted.
+//! kernel could not deliver is reported and counted.
 //!
 //! Two kinds:
-//! * POSIX CPU timers: `timer_create` on the thread's CPU clock with `SIGEV_THREAD_ID`.
-//!   Fired from the scheduler tick (250 Hz here), so above that frequency a signal carries
-//!   `si_overrun` missed expirations, which the handler adds to the sample's weight.
-//! * perf events: a software `cpu-clock` event per thread, hrtimer-driven, delivering a
-//!   signal to its thread on each overflow (`F_SETOWN_EX` + `F_SETSIG` + `O_ASYNC`). The event
-//!   disables itself after one overflow; the handler re-enables it with
-//!   `PERF_EVENT_IOC_REFRESH`. The event signals in user mode only (see [`arm_perf`]), so the
-//!   kernel drops expirations that fall in kernel time; the handler reads the event's count,
-//!   which includes kernel time, and weights the sample with the periods that passed
-//!   ([`rearm_perf_and_weigh`]), with a jittered next interval. Those calls (a `read` and two
-//!   `ioctl`s) are the timer's own system calls.
+//! * POSIX CPU timers (the default): `timer_create` on the thread's CPU clock with
+//!   `SIGEV_THREAD_ID`. They need no descriptor, their signal is preallocated (it cannot fall back
+//!   to another signal when the real-time queue is full), `timer_create` is allowed by the usual
+//!   sandboxes, and they count kernel time, charged to the code that entered the kernel (the
+//!   signal is taken on the system call's return). They fire from the scheduler tick (250 Hz
+//!   here): above that frequency a signal carries `si_overrun` missed expirations, which the
+//!   handler adds to the sample's weight, and a thread that exits before the tick after an
+//!   expiry settles what it was owed ([`super::thread_accounts`]).
+//! * perf `cpu-clock` events ([`super::perf_event`], `CPUPROFILE_TIMER=perf`): hrtimer-driven,
+//!   for rates above the tick, at one descriptor each within a bounded budget. A thread that
+//!   cannot have one (budget spent, a seccomp filter that might kill `perf_event_open`) gets a
+//!   POSIX timer instead, and the handler tells the two apart by the signal's code.
 //!
 //! Threads are armed when profiling starts (all of `/proc/self/task`), when they start
 //! ([`on_thread_start`], called by the `pthread_create` interposer of libcpuprof.so and by
 //! `ProfilerRegisterThread`), and by the writer thread's poll of `/proc/self/task` for threads
 //! nothing announced. A thread's timer is deleted when it exits (a pthread key destructor set by
-//! `on_thread_start`) or when the poll finds it gone, so timers never accumulate.
+//! `on_thread_start`) or when the poll finds it gone, so timers never accumulate. A thread no
+//! timer could be armed for is counted and reported at stop.
 
+use super::{perf_event, signals, thread_accounts};
 use crate::sync::Mutex;
-use std::collections::HashMap;
+use crate::unwind::thread_pointer;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{c_int, c_void};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Once;
+use std::time::{Duration, Instant};
 
 /// The kind of per-thread timer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,8 +48,12 @@ enum Armed {
 // SAFETY: timer_t is an opaque kernel id; it is only passed to timer_delete.
 unsafe impl Send for Armed {}
 
+/// How often the writer checks that the program has not closed our perf descriptors.
+const IDENTITY_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
 struct Timers {
-    kind: ThreadTimerKind,
+    /// The kind asked for; threads that cannot have a perf event get a POSIX timer.
+    preferred: ThreadTimerKind,
     signal: c_int,
     period_ns: u64,
     armed: HashMap<libc::pid_t, Armed>,
@@ -53,6 +62,23 @@ struct Timers {
     /// The process profiling. A forked child inherits this registry but not the session's
     /// timers or writer: it must not arm its threads.
     pid: u32,
+    /// Live threads no timer could be armed for (not tried again).
+    unarmed: HashSet<libc::pid_t>,
+    /// Threads no timer could be armed for, over the whole profile.
+    unsampled: usize,
+    /// Whether the program was told why some threads get POSIX timers instead of perf events.
+    perf_refusal_said: bool,
+    /// Perf descriptors the program closed or reused (their threads were re-armed).
+    perf_fds_taken: usize,
+    last_identity_check: Instant,
+}
+
+/// What stopping the timers leaves to do and to report.
+pub struct Stopped {
+    /// Perf event descriptors to close once no handler can be using them.
+    pub perf_fds: Vec<c_int>,
+    /// Threads that were never sampled because no timer could be armed for them.
+    pub unsampled_threads: usize,
 }
 
 /// The registry, if per-thread timers run in this process (not in a forked child).
@@ -65,8 +91,23 @@ static TIMERS: Mutex<Option<Timers>> = Mutex::new(None);
 
 /// Checks that `kind` can be used here by arming and disarming the calling thread once.
 pub fn probe(kind: ThreadTimerKind, signal: c_int, period_ns: u64) -> io::Result<()> {
-    let armed = arm(kind, gettid(), signal, period_ns)?;
-    disarm(armed, None);
+    match kind {
+        ThreadTimerKind::Posix => {
+            let (id, _) = arm_posix(gettid(), signal, period_ns)?;
+            // SAFETY: the timer just created.
+            unsafe { libc::timer_delete(id) };
+        }
+        ThreadTimerKind::Perf => {
+            if perf_event::set_budget() == 0 {
+                return Err(io::Error::other(
+                    "no descriptor numbers to spare above FD_SETSIZE under this RLIMIT_NOFILE soft limit",
+                ));
+            }
+            perf_allowed_here()?;
+            let fd = perf_event::open(gettid(), signal, period_ns)?;
+            perf_event::close(fd);
+        }
+    }
     Ok(())
 }
 
@@ -74,14 +115,28 @@ pub fn probe(kind: ThreadTimerKind, signal: c_int, period_ns: u64) -> io::Result
 /// (cpuprof's own writer thread).
 pub fn start(kind: ThreadTimerKind, signal: c_int, period_ns: u64, excluded: Vec<libc::pid_t>) -> io::Result<()> {
     let mut timers = Timers {
-        kind,
+        preferred: kind,
         signal,
         period_ns,
         armed: HashMap::new(),
         excluded,
         pid: std::process::id(),
+        unarmed: HashSet::new(),
+        unsampled: 0,
+        perf_refusal_said: false,
+        perf_fds_taken: 0,
+        last_identity_check: Instant::now(),
     };
-    arm_missing(&mut timers, &current_tids())?;
+    if kind == ThreadTimerKind::Perf {
+        perf_event::set_budget();
+    }
+    let tids = current_tids();
+    for &tid in &tids {
+        timers.arm_thread(tid, None);
+    }
+    if timers.armed.is_empty() && !tids.is_empty() {
+        return Err(io::Error::other("no thread could be given a timer"));
+    }
     *TIMERS.lock() = Some(timers);
     Ok(())
 }
@@ -89,84 +144,177 @@ pub fn start(kind: ThreadTimerKind, signal: c_int, period_ns: u64, excluded: Vec
 /// Deletes every timer. Signals already queued may still arrive; the handler ignores them
 /// once the sampler state is unpublished, which the session does before closing perf fds
 /// (see `close`), so a late handler never re-arms an fd number the application may reuse.
-pub fn stop() -> Vec<c_int> {
+pub fn stop() -> Stopped {
     let Some(timers) = TIMERS.lock().take() else {
-        return Vec::new();
+        return Stopped {
+            perf_fds: Vec::new(),
+            unsampled_threads: 0,
+        };
     };
+    thread_accounts::clear();
     let mut perf_fds = Vec::new();
     for (_, armed) in timers.armed {
         match armed {
             Armed::Perf(fd) => {
-                // SAFETY: our own perf event fd.
-                unsafe { libc::ioctl(fd, PERF_EVENT_IOC_DISABLE, 0) };
+                perf_event::disable(fd);
                 perf_fds.push(fd);
             }
-            posix => disarm(posix, None),
+            posix => disarm(posix),
         }
     }
-    perf_fds
+    Stopped {
+        perf_fds,
+        unsampled_threads: timers.unsampled,
+    }
 }
 
-/// Closes perf event fds returned by `stop`, once no handler can be using them.
+/// Closes perf event fds returned by `stop`, once no handler can be using them (those the
+/// program has closed and reused meanwhile are left alone).
 pub fn close(perf_fds: Vec<c_int>) {
     for fd in perf_fds {
-        // SAFETY: our own fds, no longer referenced.
-        unsafe { libc::close(fd) };
+        perf_event::close(fd);
     }
 }
 
 /// Arms the calling thread if per-thread timers are running, and makes sure its timer is
 /// deleted when it exits. Called at the start of every thread created through
-/// `pthread_create` under libcpuprof.so, and by `ProfilerRegisterThread`.
-pub fn on_thread_start() {
+/// `pthread_create` under libcpuprof.so (with the thread's start routine, to which CPU time the
+/// timer owes at exit is charged), and by `ProfilerRegisterThread`.
+pub fn on_thread_start(start_routine: Option<usize>) {
     let tid = gettid();
     if let Some(t) = running(&mut TIMERS.lock()) {
-        let _ = arm_missing(t, &[tid]);
+        t.arm_thread(tid, start_routine);
     }
     // SAFETY: a non-null value makes the key's destructor run when this thread exits.
     unsafe { libc::pthread_setspecific(exit_key(), 1 as *const c_void) };
 }
 
-/// Arms threads that appeared and disarms threads that are gone. Run by the writer thread.
+/// Arms threads that appeared and disarms threads that are gone; re-arms threads whose perf
+/// descriptor the program took. Run by the writer thread.
 pub fn sync_with_tasks() {
     let tids = current_tids();
     if let Some(t) = running(&mut TIMERS.lock()) {
         let gone: Vec<libc::pid_t> = t.armed.keys().filter(|tid| !tids.contains(tid)).copied().collect();
         for tid in gone {
             if let Some(armed) = t.armed.remove(&tid) {
-                disarm(armed, None);
+                disarm(armed);
             }
         }
-        let _ = arm_missing(t, &tids);
+        t.unarmed.retain(|tid| tids.contains(tid));
+        if t.last_identity_check.elapsed() >= IDENTITY_CHECK_INTERVAL {
+            t.last_identity_check = Instant::now();
+            t.forget_taken_perf_fds();
+        }
+        for &tid in &tids {
+            if !t.armed.contains_key(&tid) && !t.unarmed.contains(&tid) {
+                t.arm_thread(tid, None);
+            }
+        }
     }
 }
 
-fn arm_missing(t: &mut Timers, tids: &[libc::pid_t]) -> io::Result<()> {
-    let mut first_error = None;
-    for &tid in tids {
-        if t.armed.contains_key(&tid) || t.excluded.contains(&tid) {
-            continue;
+impl Timers {
+    /// Arms thread `tid` unless it is armed or ours. `start_routine`: the caller is `tid`
+    /// itself, starting, and opens the account that settles its POSIX timer at exit.
+    fn arm_thread(&mut self, tid: libc::pid_t, start_routine: Option<usize>) {
+        if self.armed.contains_key(&tid) || self.excluded.contains(&tid) {
+            return;
         }
-        match arm(t.kind, tid, t.signal, t.period_ns) {
-            Ok(armed) => {
-                t.armed.insert(tid, armed);
+        if self.preferred == ThreadTimerKind::Perf {
+            match self.arm_perf(tid) {
+                Ok(fd) => {
+                    self.armed.insert(tid, Armed::Perf(fd));
+                    return;
+                }
+                // The thread exited since it was listed.
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return,
+                Err(e) if !self.perf_refusal_said => {
+                    self.perf_refusal_said = true;
+                    eprintln!("cpuprof: no perf event for thread {tid} ({e}); such threads get POSIX CPU timers");
+                }
+                Err(_) => {}
             }
-            // The thread may have exited since it was listed.
-            Err(e) => first_error = first_error.or(Some(e)),
+        }
+        let cpu_before = thread_accounts::thread_cpu_ns();
+        match arm_posix(tid, self.signal, self.period_ns) {
+            Ok((id, first)) => {
+                if let Some(routine) = start_routine {
+                    thread_accounts::open(thread_pointer(), cpu_before + first, routine as u64);
+                }
+                self.armed.insert(tid, Armed::Posix(id));
+            }
+            // The thread may have exited since it was listed (EINVAL: no such clock).
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ESRCH)) => {}
+            Err(_) => {
+                if self.unarmed.insert(tid) {
+                    self.unsampled += 1;
+                }
+            }
         }
     }
-    match first_error {
-        Some(e) if t.armed.is_empty() => Err(e),
-        _ => Ok(()),
+
+    fn arm_perf(&self, tid: libc::pid_t) -> io::Result<c_int> {
+        let in_use = self.armed.values().filter(|a| matches!(a, Armed::Perf(_))).count();
+        if in_use >= perf_event::budget() {
+            return Err(io::Error::other("descriptor budget spent"));
+        }
+        perf_allowed_here()?;
+        perf_event::open(tid, self.signal, self.period_ns)
+    }
+
+    /// Drops perf descriptors that no longer hold our events (the program closed them, maybe
+    /// reusing the numbers), without touching them; their threads are armed again.
+    fn forget_taken_perf_fds(&mut self) {
+        let taken: Vec<libc::pid_t> = self
+            .armed
+            .iter()
+            .filter(|(_, a)| matches!(a, Armed::Perf(fd) if !perf_event::is_ours(*fd)))
+            .map(|(&tid, _)| tid)
+            .collect();
+        if !taken.is_empty() && self.perf_fds_taken == 0 {
+            eprintln!(
+                "cpuprof: the program closed {} of cpuprof's perf event descriptors; they are left to it and \
+                 the threads are given new timers",
+                taken.len()
+            );
+        }
+        self.perf_fds_taken += taken.len();
+        for tid in taken {
+            self.armed.remove(&tid);
+        }
     }
 }
 
-/// Deletes the calling thread's timer at thread exit (pthread key destructor).
+/// Refuses `perf_event_open` on a thread under a seccomp filter: sandboxes commonly kill the
+/// process on it (systemd's `SystemCallFilter=` leaves it out of `@system-service`).
+fn perf_allowed_here() -> io::Result<()> {
+    let status = std::fs::read_to_string("/proc/thread-self/status").unwrap_or_default();
+    let mode = status.lines().find_map(|l| l.strip_prefix("Seccomp:")).map(str::trim);
+    match mode {
+        Some("0") => Ok(()),
+        Some(_) => Err(io::Error::other("the thread runs under a seccomp filter")),
+        // No field: a kernel without seccomp, which cannot filter system calls.
+        None if status.contains("Pid:") => Ok(()),
+        None => Err(io::Error::other("cannot read /proc/thread-self/status")),
+    }
+}
+
+/// Deletes the calling thread's timer at thread exit (pthread key destructor). The profiling
+/// signal is blocked first: no handler then runs between settling the thread's account and its
+/// end, nor between closing its perf fd and its end (it could otherwise re-arm an fd number
+/// another thread has just reused). What its POSIX timer owed is charged to its start routine.
 extern "C" fn on_thread_exit(_value: *mut c_void) {
     let tid = gettid();
     if let Some(t) = running(&mut TIMERS.lock()) {
         if let Some(armed) = t.armed.remove(&tid) {
-            disarm(armed, Some(t.signal));
+            signals::block_in_current_thread(t.signal);
+            if matches!(armed, Armed::Posix(_)) {
+                let owed = thread_accounts::settle(thread_pointer(), thread_accounts::thread_cpu_ns(), t.period_ns);
+                if let Some((periods @ 1.., start_routine)) = owed {
+                    super::handler::record_outside_handler(&[start_routine], periods);
+                }
+            }
+            disarm(armed);
         }
     }
 }
@@ -183,35 +331,22 @@ fn exit_key() -> libc::pthread_key_t {
     }
 }
 
-fn arm(kind: ThreadTimerKind, tid: libc::pid_t, signal: c_int, period_ns: u64) -> io::Result<Armed> {
-    match kind {
-        ThreadTimerKind::Posix => arm_posix(tid, signal, period_ns).map(Armed::Posix),
-        ThreadTimerKind::Perf => arm_perf(tid, signal, period_ns).map(Armed::Perf),
-    }
-}
-
-/// `block`: the thread being disarmed is the caller, exiting; its profiling signal is blocked
-/// first so that no handler runs between closing its perf fd and the thread's end (it could
-/// otherwise re-arm an fd number another thread has just reused).
-fn disarm(armed: Armed, block: Option<c_int>) {
-    // SAFETY: deleting our own timer / closing our own fd.
-    unsafe {
-        match armed {
-            Armed::Posix(id) => {
-                libc::timer_delete(id);
-            }
-            Armed::Perf(fd) => {
-                if let Some(signal) = block {
-                    super::signals::block_in_current_thread(signal);
-                }
-                libc::ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
-                libc::close(fd);
-            }
+fn disarm(armed: Armed) {
+    match armed {
+        // SAFETY: deleting our own timer.
+        Armed::Posix(id) => unsafe {
+            libc::timer_delete(id);
+        },
+        Armed::Perf(fd) => {
+            perf_event::disable(fd);
+            perf_event::close(fd);
         }
     }
 }
 
-fn arm_posix(tid: libc::pid_t, signal: c_int, period_ns: u64) -> io::Result<libc::timer_t> {
+/// Creates and starts a POSIX CPU timer for `tid`; returns it and its first expiry, in ns of
+/// the thread's CPU time from now.
+fn arm_posix(tid: libc::pid_t, signal: c_int, period_ns: u64) -> io::Result<(libc::timer_t, u64)> {
     // SAFETY: plain timer_create / timer_settime with initialised structures.
     unsafe {
         let mut event: libc::sigevent = std::mem::zeroed();
@@ -234,7 +369,7 @@ fn arm_posix(tid: libc::pid_t, signal: c_int, period_ns: u64) -> io::Result<libc
             libc::timer_delete(id);
             return Err(e);
         }
-        Ok(id)
+        Ok((id, first))
     }
 }
 
@@ -253,7 +388,7 @@ fn timespec(ns: u64) -> libc::timespec {
 
 /// A random number below `n`. Async-signal-safe: splitmix64 over a shared atomic counter
 /// seeded from the clock at first use (quality enough to decorrelate sampling from workloads).
-fn random_below(n: u64) -> u64 {
+pub(super) fn random_below(n: u64) -> u64 {
     static STATE: AtomicU64 = AtomicU64::new(0);
     const GAMMA: u64 = 0x9e3779b97f4a7c15;
     let mut z = STATE.fetch_add(GAMMA, Ordering::Relaxed).wrapping_add(GAMMA);
@@ -273,135 +408,8 @@ fn random_below(n: u64) -> u64 {
 /// no periodic workload can stay in step with the samples (a perf event expires after exactly
 /// its period of CPU time, so a loop whose iteration takes about a period would otherwise
 /// be sampled at the same point each time and its functions' shares come out wrong).
-fn jittered(period_ns: u64) -> u64 {
+pub(super) fn jittered(period_ns: u64) -> u64 {
     period_ns / 2 + random_below(period_ns)
-}
-
-// perf_event_open(2) constants and the attribute layout (PERF_ATTR_SIZE_VER5), which the libc
-// crate does not provide for glibc.
-const PERF_TYPE_SOFTWARE: u32 = 1;
-const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
-const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
-const ATTR_DISABLED: u64 = 1 << 0;
-const ATTR_EXCLUDE_KERNEL: u64 = 1 << 5;
-const ATTR_EXCLUDE_HV: u64 = 1 << 6;
-const PERF_EVENT_IOC_REFRESH: libc::c_ulong = 0x2402;
-const PERF_EVENT_IOC_PERIOD: libc::c_ulong = 0x4008_2404;
-const PERF_EVENT_IOC_DISABLE: libc::c_ulong = 0x2401;
-const F_SETSIG: c_int = 10;
-const F_SETOWN_EX: c_int = 15;
-const F_OWNER_TID: c_int = 0;
-
-#[repr(C)]
-#[derive(Default)]
-struct PerfEventAttr {
-    kind: u32,
-    size: u32,
-    config: u64,
-    sample_period: u64,
-    sample_type: u64,
-    read_format: u64,
-    flags: u64,
-    wakeup_events: u32,
-    bp_type: u32,
-    config1: u64,
-    config2: u64,
-    branch_sample_type: u64,
-    sample_regs_user: u64,
-    sample_stack_user: u32,
-    clockid: i32,
-    sample_regs_intr: u64,
-    aux_watermark: u32,
-    sample_max_stack: u16,
-    reserved: u16,
-}
-
-/// Perf fds below this have their count tracked for weighting; a sample through a higher fd
-/// counts once (a process with thousands of files open and profiled threads loses only the
-/// kernel-time periods of those threads).
-const WEIGHED_FDS: usize = 4096;
-/// For each perf fd, the event count (thread CPU nanoseconds, kernel time included) that the
-/// samples taken through it so far account for.
-static PERF_ACCOUNTED: [AtomicU64; WEIGHED_FDS] = [const { AtomicU64::new(0) }; WEIGHED_FDS];
-/// The sampling period of the perf events, in nanoseconds.
-static PERF_PERIOD_NS: AtomicU64 = AtomicU64::new(0);
-
-/// Re-enables the perf event `fd` that just sent a signal, with a fresh jittered interval,
-/// and returns how many sampling periods of its thread's CPU time the sample stands for:
-/// the CPU time since the samples so far, kernel time included, in periods (with the
-/// remainder carried to the next sample, so intervals of any length add up exactly).
-///
-/// # Safety
-/// Async-signal-safe; `fd` comes from the siginfo of a perf signal (a stale or foreign fd only
-/// makes `read` fail or return a meaningless count, which is bounded below by one sample).
-pub(super) unsafe fn rearm_perf_and_weigh(fd: c_int) -> u64 {
-    let mut count: u64 = 0;
-    let counted = libc::read(fd, (&mut count as *mut u64).cast(), 8) == 8;
-    let period = PERF_PERIOD_NS.load(Ordering::Relaxed);
-    // The event disabled itself at its overflow, so the new interval takes effect on REFRESH
-    // without touching a running timer.
-    let next = jittered(period.max(2));
-    libc::ioctl(fd, PERF_EVENT_IOC_PERIOD, &next as *const u64);
-    libc::ioctl(fd, PERF_EVENT_IOC_REFRESH, 1);
-    let Some(accounted) = PERF_ACCOUNTED.get(fd as usize).filter(|_| counted && period > 0) else {
-        return 1;
-    };
-    // Rounded: the count lags the expiry by the signal's delivery, and the event is off from
-    // its overflow until the REFRESH above.
-    let last = accounted.load(Ordering::Relaxed);
-    let periods = (count.saturating_sub(last) + period / 2) / period;
-    let weight = periods.max(1);
-    accounted.store(last + weight * period, Ordering::Relaxed);
-    weight
-}
-
-fn arm_perf(tid: libc::pid_t, signal: c_int, period_ns: u64) -> io::Result<c_int> {
-    let attr = PerfEventAttr {
-        kind: PERF_TYPE_SOFTWARE,
-        size: std::mem::size_of::<PerfEventAttr>() as u32,
-        config: PERF_COUNT_SW_CPU_CLOCK,
-        // The first interval is random within one period, so threads shorter than a period
-        // are sampled in proportion to their length; later ones are jittered by the handler.
-        sample_period: 1 + random_below(period_ns),
-        // User time only: an overflow while the thread is in the kernel would queue a signal
-        // that an `execve` in progress carries into the new program, which dies of it. In
-        // user mode the signal is delivered at once, on the interrupt's return.
-        // Kernel time is still counted: the event's count includes it (see
-        // `rearm_perf_and_weigh`).
-        flags: ATTR_DISABLED | ATTR_EXCLUDE_KERNEL | ATTR_EXCLUDE_HV,
-        wakeup_events: 1,
-        ..Default::default()
-    };
-    // SAFETY: perf_event_open with a valid attribute; fcntl/ioctl on the fd it returns.
-    unsafe {
-        let fd = libc::syscall(
-            libc::SYS_perf_event_open,
-            &attr as *const PerfEventAttr,
-            tid,
-            -1,
-            -1,
-            PERF_FLAG_FD_CLOEXEC,
-        ) as c_int;
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if let Some(accounted) = PERF_ACCOUNTED.get(fd as usize) {
-            // A new event counts from zero; set before it is enabled below.
-            accounted.store(0, Ordering::Relaxed);
-            PERF_PERIOD_NS.store(period_ns, Ordering::Relaxed);
-        }
-        let owner = [F_OWNER_TID, tid];
-        let setup = libc::fcntl(fd, F_SETOWN_EX, owner.as_ptr()) == 0
-            && libc::fcntl(fd, F_SETSIG, signal) == 0
-            && libc::fcntl(fd, libc::F_SETFL, libc::fcntl(fd, libc::F_GETFL) | libc::O_ASYNC) == 0
-            && libc::ioctl(fd, PERF_EVENT_IOC_REFRESH, 1) == 0;
-        if !setup {
-            let e = io::Error::last_os_error();
-            libc::close(fd);
-            return Err(e);
-        }
-        Ok(fd)
-    }
 }
 
 fn current_tids() -> Vec<libc::pid_t> {
@@ -418,11 +426,6 @@ pub fn gettid() -> libc::pid_t {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn attribute_layout_is_perf_attr_size_ver5() {
-        assert_eq!(std::mem::size_of::<PerfEventAttr>(), 112);
-    }
 
     #[test]
     fn thread_clock_matches_glibc() {

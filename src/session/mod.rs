@@ -44,6 +44,8 @@ pub struct Report {
     pub bytes: u64,
     /// Samples that could not be stored (eviction buffer full, or contention).
     pub lost: u64,
+    /// Threads that were never sampled because no timer could be armed for them.
+    pub unsampled_threads: usize,
 }
 
 impl Report {
@@ -171,11 +173,11 @@ impl Session {
             std::mem::forget(self);
             return Err(Error::ForkedChild { path });
         }
-        let perf_fds = timing::stop(self.source);
+        let stopped = timing::stop(self.source);
         let unpublished = sampler::unpublish();
         if unpublished.is_some() {
             // No handler can still re-arm these fds; otherwise they are leaked, never reused.
-            sampler::thread_timers::close(perf_fds);
+            sampler::thread_timers::close(stopped.perf_fds);
         }
         self.control.request_stop();
         let Some(Ok(mut out)) = self.writer.take().map(JoinHandle::join) else {
@@ -213,9 +215,16 @@ impl Session {
             evictions,
             bytes,
             lost,
+            unsampled_threads: stopped.unsampled_threads,
         };
         if self.options.report_on_stderr {
             eprintln!("{}", report.summary_line());
+            if report.unsampled_threads > 0 {
+                eprintln!(
+                    "cpuprof: {} threads were not sampled: no timer could be created for them (see the messages above)",
+                    report.unsampled_threads
+                );
+            }
         }
         result.map(|()| report).map_err(|source| Error::Write {
             path: self.path.clone(),

@@ -17,13 +17,15 @@ pub const MAX_DEPTH_LIMIT: usize = 4096;
 /// Which timer drives sampling (`CPUPROFILE_TIMER`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TimerChoice {
-    /// The most accurate available: perf events, else per-thread CPU timers, else `Itimer`.
+    /// The safe default: a POSIX CPU timer per thread (no descriptors, kernel time charged to
+    /// its caller), else `Itimer`.
     Auto,
     /// One process-wide CPU timer, as gperftools' `setitimer` (at most one signal per tick).
     Itimer,
     /// A POSIX CPU-time timer per thread, with overrun weighting.
     Thread,
-    /// A perf `cpu-clock` event per thread (hrtimer-driven).
+    /// A perf `cpu-clock` event per thread (hrtimer-driven: full rate above the kernel tick),
+    /// within a bounded descriptor budget; threads beyond it get POSIX CPU timers.
     Perf,
 }
 

@@ -23,9 +23,12 @@ pub fn choose(options: &Options) -> Result<(SampleSource, c_int), Error> {
         None => free_realtime_signal()?,
     };
     let period_ns = 1_000_000_000 / u64::from(options.frequency.max(1));
+    // POSIX CPU timers unless perf events are asked for by name: they need no descriptors, have
+    // no SIGIO fallback, pass the usual seccomp filters and charge kernel time to its caller
+    // (docs/DESIGN.md, "Timers").
     let kinds: &[ThreadTimerKind] = match options.timer {
-        TimerChoice::Thread => &[ThreadTimerKind::Posix],
-        _ => &[ThreadTimerKind::Perf, ThreadTimerKind::Posix],
+        TimerChoice::Perf => &[ThreadTimerKind::Perf, ThreadTimerKind::Posix],
+        _ => &[ThreadTimerKind::Posix],
     };
     for &kind in kinds {
         match thread_timers::probe(kind, signal, period_ns) {
@@ -49,12 +52,16 @@ pub fn start(source: SampleSource, signal: c_int, options: &Options, excluded: V
     .map_err(Error::Timer)
 }
 
-/// Disarms the source. Returns perf event fds to close once no handler can use them.
-pub fn stop(source: SampleSource) -> Vec<c_int> {
+/// Disarms the source. Returns the perf event fds to close once no handler can use them, and
+/// the count of threads that were never sampled.
+pub fn stop(source: SampleSource) -> thread_timers::Stopped {
     match source {
         SampleSource::ProcessTimer(_) => {
             timer::stop();
-            Vec::new()
+            thread_timers::Stopped {
+                perf_fds: Vec::new(),
+                unsampled_threads: 0,
+            }
         }
         SampleSource::ThreadTimers(_) => thread_timers::stop(),
     }
@@ -94,8 +101,8 @@ pub fn stop_after_takeover(source: SampleSource, signal: c_int) {
         "cpuprof: the application installed its own handler for signal {signal}; profiling stops here \
          (the profile keeps the samples taken so far)"
     );
-    let perf_fds = stop(source);
+    let stopped = stop(source);
     if crate::sampler::wait_for_handlers() {
-        thread_timers::close(perf_fds);
+        thread_timers::close(stopped.perf_fds);
     }
 }

@@ -1,0 +1,292 @@
+//! perf `cpu-clock` events as per-thread sampling timers (`CPUPROFILE_TIMER=perf`).
+//!
+//! A software `cpu-clock` event per thread is hrtimer-driven, so it samples at the asked rate
+//! above the kernel tick and counts threads shorter than a tick; it delivers a signal to its
+//! thread on each overflow (`F_SETOWN_EX` + `F_SETSIG` + `O_ASYNC`). The event disables itself
+//! after one overflow; the handler re-enables it with `PERF_EVENT_IOC_REFRESH`. It signals in
+//! user mode only (see [`open`]), so the kernel drops expirations that fall in kernel time; the
+//! handler reads the event's count, which includes kernel time, and weights the sample with the
+//! periods that passed ([`rearm_and_weigh`]), with a jittered next interval.
+//!
+//! Each event costs a descriptor inside someone else's process, so they are kept out of its way:
+//! * **Budget.** Events live only at numbers above `FD_SETSIZE` (so no `select()` user sees its
+//!   own descriptors pushed past 1024) at the top of the `RLIMIT_NOFILE` soft limit, where the
+//!   lowest-free-number rule reaches last, and there are at most a quarter of the numbers above
+//!   `FD_SETSIZE` (and at most [`MAX_BUDGET`]). Under `ulimit -n 1024` the budget is zero: the
+//!   registry gives threads POSIX CPU timers instead ([`super::thread_timers`]).
+//! * **Identity.** The program may close our descriptor (`close_range`, a daemon closing every
+//!   fd) and reuse its number. Every use — the handler's `read`, `ioctl`s, `close` — first asks
+//!   the descriptor for its event id (`PERF_EVENT_IOC_ID`, which fails on anything that is not a
+//!   perf event) and compares it with the id recorded at open. A descriptor that is no longer
+//!   ours is never read, re-armed or closed.
+//!
+//! Residual hazards, documented in docs/HOSTILE.md: `perf_event_open` briefly holds the lowest
+//! free number before the event moves up; a full real-time signal queue makes the kernel send
+//! `SIGIO` instead of our signal. This is why perf events are not the default timer.
+
+use std::ffi::c_int;
+use std::io;
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
+
+/// Most perf descriptors held at once (threads beyond it get POSIX CPU timers).
+pub const MAX_BUDGET: usize = 1024;
+/// `FD_SETSIZE` of glibc: descriptors below it are the ones `select()` can watch.
+const FD_SETSIZE: u64 = 1024;
+
+/// First descriptor number of the budget, and its size.
+static BASE: AtomicI32 = AtomicI32::new(-1);
+static BUDGET: AtomicUsize = AtomicUsize::new(0);
+/// For each slot (descriptor - BASE): the event id, 0 when free.
+static IDS: [AtomicU64; MAX_BUDGET] = [const { AtomicU64::new(0) }; MAX_BUDGET];
+/// For each slot: the event count (thread CPU nanoseconds, kernel time included) that the
+/// samples taken through it so far account for.
+static ACCOUNTED: [AtomicU64; MAX_BUDGET] = [const { AtomicU64::new(0) }; MAX_BUDGET];
+/// The sampling period of the events, in nanoseconds.
+static PERIOD_NS: AtomicU64 = AtomicU64::new(0);
+
+/// Sets the descriptor budget from the current `RLIMIT_NOFILE` soft limit; returns its size.
+pub fn set_budget() -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into `limit`.
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+        limit.rlim_cur
+    } else {
+        0
+    };
+    let (base, budget) = budget_for(soft);
+    BASE.store(base, Ordering::Relaxed);
+    BUDGET.store(budget, Ordering::Relaxed);
+    budget
+}
+
+/// `(first number, count)` of the descriptors perf events may use under a soft limit `soft`.
+fn budget_for(soft: u64) -> (c_int, usize) {
+    let above_select = soft.saturating_sub(FD_SETSIZE).min(c_int::MAX as u64);
+    let budget = (above_select / 4).min(MAX_BUDGET as u64);
+    ((soft.min(c_int::MAX as u64) - budget) as c_int, budget as usize)
+}
+
+/// How many perf descriptors may be held at once.
+pub fn budget() -> usize {
+    BUDGET.load(Ordering::Relaxed)
+}
+
+/// The budget slot of `fd`, if the number lies in the budget.
+fn slot(fd: c_int) -> Option<usize> {
+    let index = usize::try_from(fd.checked_sub(BASE.load(Ordering::Relaxed))?).ok()?;
+    (index < BUDGET.load(Ordering::Relaxed)).then_some(index)
+}
+
+/// The event id of `fd`, if it is a perf event. Async-signal-safe.
+fn event_id(fd: c_int) -> Option<u64> {
+    let mut id: u64 = 0;
+    // SAFETY: PERF_EVENT_IOC_ID writes a u64; on any other kind of file it fails (ENOTTY).
+    (unsafe { libc::ioctl(fd, PERF_EVENT_IOC_ID, &mut id as *mut u64) } == 0).then_some(id)
+}
+
+/// Whether `fd` still is the event we opened there. Async-signal-safe.
+pub fn is_ours(fd: c_int) -> bool {
+    slot(fd).is_some_and(|s| {
+        let id = IDS[s].load(Ordering::Acquire);
+        id != 0 && event_id(fd) == Some(id)
+    })
+}
+
+/// Opens an event for thread `tid` that signals it with `signal` every `period_ns` of its
+/// CPU time, at a descriptor in the budget.
+pub fn open(tid: libc::pid_t, signal: c_int, period_ns: u64) -> io::Result<c_int> {
+    let attr = PerfEventAttr {
+        kind: PERF_TYPE_SOFTWARE,
+        size: std::mem::size_of::<PerfEventAttr>() as u32,
+        config: PERF_COUNT_SW_CPU_CLOCK,
+        // The first interval is random within one period, so threads shorter than a period
+        // are sampled in proportion to their length; later ones are jittered by the handler.
+        sample_period: 1 + super::thread_timers::random_below(period_ns),
+        // User time only: an overflow while the thread is in the kernel would queue a signal
+        // that an `execve` in progress carries into the new program, which dies of it. In
+        // user mode the signal is delivered at once, on the interrupt's return.
+        // Kernel time is still counted: the event's count includes it (see `rearm_and_weigh`).
+        flags: ATTR_DISABLED | ATTR_EXCLUDE_KERNEL | ATTR_EXCLUDE_HV,
+        wakeup_events: 1,
+        ..Default::default()
+    };
+    let base = BASE.load(Ordering::Relaxed);
+    if BUDGET.load(Ordering::Relaxed) == 0 {
+        return Err(io::Error::other("no descriptor budget"));
+    }
+    // SAFETY: perf_event_open with a valid attribute; fcntl/ioctl on the fds it returns.
+    unsafe {
+        let low = libc::syscall(
+            libc::SYS_perf_event_open,
+            &attr as *const PerfEventAttr,
+            tid,
+            -1,
+            -1,
+            PERF_FLAG_FD_CLOEXEC,
+        ) as c_int;
+        if low < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // Move it up into the budget at once, freeing the low number it was given.
+        let fd = libc::fcntl(low, libc::F_DUPFD_CLOEXEC, base);
+        let moved = io::Error::last_os_error();
+        libc::close(low);
+        let Some(s) = (fd >= 0).then(|| slot(fd)).flatten() else {
+            if fd >= 0 {
+                libc::close(fd);
+            }
+            return Err(if fd < 0 {
+                moved
+            } else {
+                io::Error::other("descriptor budget full")
+            });
+        };
+        let Some(id) = event_id(fd) else {
+            libc::close(fd);
+            return Err(io::Error::other("not a perf event"));
+        };
+        // A new event counts from zero; recorded before it is enabled below.
+        ACCOUNTED[s].store(0, Ordering::Relaxed);
+        IDS[s].store(id, Ordering::Release);
+        PERIOD_NS.store(period_ns, Ordering::Relaxed);
+        let owner = [F_OWNER_TID, tid];
+        let setup = libc::fcntl(fd, F_SETOWN_EX, owner.as_ptr()) == 0
+            && libc::fcntl(fd, F_SETSIG, signal) == 0
+            && libc::fcntl(fd, libc::F_SETFL, libc::fcntl(fd, libc::F_GETFL) | libc::O_ASYNC) == 0
+            && libc::ioctl(fd, PERF_EVENT_IOC_REFRESH, 1) == 0;
+        if !setup {
+            let e = io::Error::last_os_error();
+            IDS[s].store(0, Ordering::Release);
+            libc::close(fd);
+            return Err(e);
+        }
+        Ok(fd)
+    }
+}
+
+/// Stops `fd`'s event from signalling, if `fd` is still ours.
+pub fn disable(fd: c_int) {
+    if is_ours(fd) {
+        // SAFETY: our own perf event fd.
+        unsafe { libc::ioctl(fd, PERF_EVENT_IOC_DISABLE, 0) };
+    }
+}
+
+/// Closes `fd` if it is still our event; returns false (and leaves it alone) if the program
+/// closed it and the number now holds something else.
+pub fn close(fd: c_int) -> bool {
+    let ours = is_ours(fd);
+    if ours {
+        if let Some(s) = slot(fd) {
+            IDS[s].store(0, Ordering::Release);
+        }
+        // SAFETY: our own perf event fd, identified just now.
+        unsafe { libc::close(fd) };
+    }
+    ours
+}
+
+/// Re-enables the perf event `fd` that just sent a signal, with a fresh jittered interval,
+/// and returns how many sampling periods of its thread's CPU time the sample stands for:
+/// the CPU time since the samples so far, kernel time included, in periods (with the
+/// remainder carried to the next sample, so intervals of any length add up exactly).
+/// A descriptor that is not ours (`si_fd` of a signal that was in flight when the program
+/// closed our event and reused the number) is not touched: the sample counts once.
+///
+/// # Safety
+/// Async-signal-safe; `fd` comes from the siginfo of a perf signal.
+pub(super) unsafe fn rearm_and_weigh(fd: c_int) -> u64 {
+    let Some(s) = slot(fd).filter(|_| is_ours(fd)) else {
+        return 1;
+    };
+    let mut count: u64 = 0;
+    let counted = libc::read(fd, (&mut count as *mut u64).cast(), 8) == 8;
+    let period = PERIOD_NS.load(Ordering::Relaxed);
+    // The event disabled itself at its overflow, so the new interval takes effect on REFRESH
+    // without touching a running timer.
+    let next = super::thread_timers::jittered(period.max(2));
+    libc::ioctl(fd, PERF_EVENT_IOC_PERIOD, &next as *const u64);
+    libc::ioctl(fd, PERF_EVENT_IOC_REFRESH, 1);
+    if !counted || period == 0 {
+        return 1;
+    }
+    // Rounded: the count lags the expiry by the signal's delivery, and the event is off from
+    // its overflow until the REFRESH above.
+    let accounted = &ACCOUNTED[s];
+    let last = accounted.load(Ordering::Relaxed);
+    let periods = (count.saturating_sub(last) + period / 2) / period;
+    let weight = periods.max(1);
+    accounted.store(last + weight * period, Ordering::Relaxed);
+    weight
+}
+
+// perf_event_open(2) constants and the attribute layout (PERF_ATTR_SIZE_VER5), which the libc
+// crate does not provide for glibc.
+const PERF_TYPE_SOFTWARE: u32 = 1;
+const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
+const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
+const ATTR_DISABLED: u64 = 1 << 0;
+const ATTR_EXCLUDE_KERNEL: u64 = 1 << 5;
+const ATTR_EXCLUDE_HV: u64 = 1 << 6;
+const PERF_EVENT_IOC_REFRESH: libc::c_ulong = 0x2402;
+const PERF_EVENT_IOC_PERIOD: libc::c_ulong = 0x4008_2404;
+const PERF_EVENT_IOC_DISABLE: libc::c_ulong = 0x2401;
+const PERF_EVENT_IOC_ID: libc::c_ulong = 0x8008_2407;
+const F_SETSIG: c_int = 10;
+const F_SETOWN_EX: c_int = 15;
+const F_OWNER_TID: c_int = 0;
+
+#[repr(C)]
+#[derive(Default)]
+struct PerfEventAttr {
+    kind: u32,
+    size: u32,
+    config: u64,
+    sample_period: u64,
+    sample_type: u64,
+    read_format: u64,
+    flags: u64,
+    wakeup_events: u32,
+    bp_type: u32,
+    config1: u64,
+    config2: u64,
+    branch_sample_type: u64,
+    sample_regs_user: u64,
+    sample_stack_user: u32,
+    clockid: i32,
+    sample_regs_intr: u64,
+    aux_watermark: u32,
+    sample_max_stack: u16,
+    reserved: u16,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attribute_layout_is_perf_attr_size_ver5() {
+        assert_eq!(std::mem::size_of::<PerfEventAttr>(), 112);
+    }
+
+    #[test]
+    fn the_budget_stays_above_fd_setsize_at_the_top_of_the_limit() {
+        assert_eq!(budget_for(1024), (1024, 0), "ulimit -n 1024: no perf descriptors");
+        assert_eq!(budget_for(0), (0, 0));
+        assert_eq!(budget_for(2048), (2048 - 256, 256));
+        assert_eq!(budget_for(1 << 20), ((1 << 20) - 1024, 1024));
+        assert_eq!(budget_for(u64::MAX).1, 1024);
+    }
+
+    #[test]
+    fn a_descriptor_that_is_not_a_perf_event_is_never_ours() {
+        let file = std::fs::File::open("/proc/self/stat").unwrap();
+        use std::os::fd::AsRawFd;
+        assert!(!is_ours(file.as_raw_fd()));
+        assert_eq!(event_id(file.as_raw_fd()), None);
+        assert!(!close(file.as_raw_fd()), "not closed");
+    }
+}

@@ -1,0 +1,151 @@
+//! What each thread's POSIX CPU timer owes it, so that a thread which exits between two kernel
+//! ticks is still counted.
+//!
+//! A POSIX CPU timer's expiry is noticed only on the scheduler tick (every 4 ms here), so a
+//! thread that exits before the tick after its expiry never gets the signal: the same work split
+//! over 1,000 threads of ~3 ms each was sampled at 31 % of its CPU time. But the expiries of an
+//! interval timer fall on a lattice of the thread's CPU time (the first expiry, then one every
+//! period), and each delivered signal covers every lattice point up to its delivery
+//! (`1 + si_overrun`). So an exiting thread knows exactly what it is owed: the lattice points up
+//! to its CPU time, less what its signals delivered. The handler credits each delivery here
+//! ([`credit`]); the exiting thread settles the rest ([`settle`]) as one sample of its start
+//! routine (its own stack has already unwound by then).
+//!
+//! The table is keyed by thread pointer (read without a system call in the handler). Accounts
+//! are opened and settled only by the thread itself, under the per-thread timer registry's lock,
+//! so slots change one at a time; handlers only look up their own thread's slot.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+const SLOTS: usize = 4096;
+const PROBE_LIMIT: usize = 32;
+/// Key of a settled slot: look-ups continue past it.
+const TOMBSTONE: u64 = 1;
+
+struct Account {
+    key: AtomicU64,
+    /// The thread's CPU time, in ns, at which its timer first expires.
+    first_expiry_ns: AtomicU64,
+    /// Periods delivered by signals so far.
+    delivered: AtomicU64,
+    /// The thread's start routine, the leaf of the settling sample.
+    start_routine: AtomicU64,
+}
+
+static ACCOUNTS: [Account; SLOTS] = [const {
+    Account {
+        key: AtomicU64::new(0),
+        first_expiry_ns: AtomicU64::new(0),
+        delivered: AtomicU64::new(0),
+        start_routine: AtomicU64::new(0),
+    }
+}; SLOTS];
+
+fn slots_of(tp: u64) -> impl Iterator<Item = &'static Account> {
+    // Thread pointers are page-aligned-ish: mix the bits before taking the slot.
+    let start = (tp.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) as usize;
+    (0..PROBE_LIMIT).map(move |i| &ACCOUNTS[(start + i) % SLOTS])
+}
+
+fn find(tp: u64) -> Option<&'static Account> {
+    slots_of(tp)
+        .take_while(|a| a.key.load(Ordering::Acquire) != 0)
+        .find(|a| a.key.load(Ordering::Acquire) == tp)
+}
+
+/// Opens the account of the calling thread `tp`, whose timer first expires when its CPU time
+/// reaches `first_expiry_ns`. Returns false when the table is full around `tp` (the thread is
+/// then sampled by its signals only). Callers hold the timer registry's lock.
+pub fn open(tp: u64, first_expiry_ns: u64, start_routine: u64) -> bool {
+    if tp <= TOMBSTONE {
+        return false;
+    }
+    let account = find(tp).or_else(|| slots_of(tp).find(|a| matches!(a.key.load(Ordering::Relaxed), 0 | TOMBSTONE)));
+    let Some(account) = account else {
+        return false;
+    };
+    // Publish the values before the key, so a handler never credits a half-opened account.
+    account.key.store(TOMBSTONE, Ordering::Release);
+    account.first_expiry_ns.store(first_expiry_ns, Ordering::Relaxed);
+    account.delivered.store(0, Ordering::Relaxed);
+    account.start_routine.store(start_routine, Ordering::Relaxed);
+    account.key.store(tp, Ordering::Release);
+    true
+}
+
+/// Credits `periods` delivered by a signal to thread `tp`'s account, if it has one.
+/// Async-signal-safe.
+pub fn credit(tp: u64, periods: u64) {
+    if let Some(account) = find(tp) {
+        account.delivered.fetch_add(periods, Ordering::Relaxed);
+    }
+}
+
+/// Closes the calling thread's account when it exits, at CPU time `cpu_ns`: returns the
+/// periods its timer owed but never delivered and the start routine to charge them to.
+/// The caller has blocked the profiling signal, so nothing is credited meanwhile.
+pub fn settle(tp: u64, cpu_ns: u64, period_ns: u64) -> Option<(u64, u64)> {
+    let account = find(tp)?;
+    let first = account.first_expiry_ns.load(Ordering::Relaxed);
+    let expired = match cpu_ns.checked_sub(first) {
+        Some(past) => 1 + past / period_ns.max(1),
+        None => 0,
+    };
+    let owed = expired.saturating_sub(account.delivered.load(Ordering::Relaxed));
+    let start_routine = account.start_routine.load(Ordering::Relaxed);
+    account.key.store(TOMBSTONE, Ordering::Release);
+    Some((owed, start_routine))
+}
+
+/// Forgets every account (at stop: the next session's timers start new lattices).
+/// Callers hold the timer registry's lock, after the sampler state was unpublished.
+pub fn clear() {
+    for account in &ACCOUNTS {
+        account.key.store(0, Ordering::Release);
+    }
+}
+
+/// The calling thread's CPU time in nanoseconds.
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into `ts`.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owed_periods_are_the_lattice_points_not_delivered() {
+        let tp = 0x7f00_dead_b000;
+        assert!(open(tp, 3_000, 0x401000));
+        // Expiries at 3 us, 13 us, 23 us, ...; CPU time 25 us: three expired.
+        credit(tp, 1);
+        assert_eq!(settle(tp, 25_000, 10_000), Some((2, 0x401000)));
+        assert_eq!(settle(tp, 25_000, 10_000), None, "settled once");
+        // Exiting before the first expiry owes nothing.
+        assert!(open(tp, 9_000, 0x401000));
+        assert_eq!(settle(tp, 8_000, 10_000), Some((0, 0x401000)));
+        // Deliveries beyond the lattice (a signal racing the exit) never make the debt negative.
+        assert!(open(tp, 1, 7));
+        credit(tp, 5);
+        assert_eq!(settle(tp, 10, 10_000), Some((0, 7)));
+    }
+
+    #[test]
+    fn many_threads_keep_separate_accounts() {
+        let tps: Vec<u64> = (1..=40).map(|i| 0x7e00_0000_0000 + i * 0x80_0000).collect();
+        for &tp in &tps {
+            assert!(open(tp, 0, tp));
+        }
+        for (i, &tp) in tps.iter().enumerate() {
+            credit(tp, i as u64);
+        }
+        for (i, &tp) in tps.iter().enumerate() {
+            // Expired at CPU time 45 with period 10: 5 periods, less what was credited.
+            assert_eq!(settle(tp, 45, 10), Some((5u64.saturating_sub(i as u64), tp)));
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! Server habits that the profiler's timers must not disturb (tests/c/timer_hazards.c): a low
+//! descriptor limit, thousands of threads beside `select()`, a full real-time signal queue, and
+//! seccomp sandboxes that kill on `perf_event_open`. Each case runs plainly and profiled, at 100
+//! and 4000 Hz, with the default timer and with perf events asked for, under the resource limits
+//! the test sets, and must behave the same: exit status and output, a valid profile, and every
+//! loss said on stderr.
+
+mod support;
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Mutex;
+use support::*;
+
+/// The real-time signal queue limit counts every process of the user: cases run one at a time so
+/// that one case's timers do not fill another's queue.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+const FREQUENCIES: &[&str] = &["100", "4000"];
+
+fn program() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            compile_c(
+                &scratch_dir("timer-hazards-bin"),
+                "timer_hazards.c",
+                "timer_hazards",
+                &["-O1"],
+                false,
+            )
+        })
+        .clone()
+}
+
+type Limits = [(libc::__rlimit_resource_t, u64)];
+
+fn run(args: &[&str], env: &[(&str, &str)], limits: &Limits) -> Output {
+    let limits = limits.to_vec();
+    let mut cmd = Command::new(program());
+    cmd.args(args).envs(env.iter().copied());
+    // SAFETY: setrlimit is async-signal-safe, as pre_exec requires.
+    unsafe {
+        cmd.pre_exec(move || {
+            for &(resource, value) in &limits {
+                let limit = libc::rlimit {
+                    rlim_cur: value,
+                    rlim_max: value,
+                };
+                if libc::setrlimit(resource, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    cmd.output().unwrap()
+}
+
+/// Runs `args` plainly, then profiled under each timer and frequency; compares each profiled run
+/// with the plain one through `same` (stdout of both) and returns the profiled runs' stderr.
+fn behaves_the_same(
+    args: &[&str],
+    limits: &Limits,
+    timers: &[&str],
+    same: impl Fn(&str, &str) -> bool,
+) -> Vec<(String, String)> {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let plain = run(args, &[], limits);
+    assert!(plain.status.success(), "{args:?} without the profiler: {plain:?}");
+    let plain_out = String::from_utf8_lossy(&plain.stdout).to_string();
+    let dir = scratch_dir(&format!("timer-hazards-{}", args.join("-")));
+    let mut stderrs = Vec::new();
+    for timer in timers {
+        for hz in FREQUENCIES {
+            let profile = dir.join(format!("{timer}-{hz}.prof"));
+            let env = [
+                ("LD_PRELOAD", lib().to_str().unwrap()),
+                ("CPUPROFILE", profile.to_str().unwrap()),
+                ("CPUPROFILE_FREQUENCY", hz),
+                ("CPUPROFILE_TIMER", timer),
+            ];
+            let profiled = run(args, &env, limits);
+            let (out, err) = (
+                String::from_utf8_lossy(&profiled.stdout).to_string(),
+                String::from_utf8_lossy(&profiled.stderr).to_string(),
+            );
+            let what = format!("{args:?} under {timer} at {hz} Hz");
+            assert_eq!(profiled.status.to_string(), plain.status.to_string(), "{what}: {err}");
+            assert!(
+                same(&plain_out, &out),
+                "{what}: output {out:?}, without the profiler {plain_out:?}; {err}"
+            );
+            assert_valid(&profile, args[0] == "sandboxed");
+            stderrs.push((what, err));
+        }
+    }
+    stderrs
+}
+
+/// `exec`: the process exec'd itself at once, so the profile that counts is the new image's
+/// own `<profile>_<pid>` file.
+fn assert_valid(profile: &Path, exec: bool) {
+    if !exec {
+        read_profile(profile);
+        return;
+    }
+    let prefix = format!("{}_", profile.file_name().unwrap().to_string_lossy());
+    let children: Vec<PathBuf> = std::fs::read_dir(profile.parent().unwrap())
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(&prefix))
+        .collect();
+    assert_eq!(children.len(), 1, "the exec'd image's profile: {children:?}");
+    read_profile(&children[0]);
+}
+
+fn identical(a: &str, b: &str) -> bool {
+    a == b
+}
+
+/// The number after `opened` in the fdlimit mode's line.
+fn opened(out: &str) -> i64 {
+    let words: Vec<&str> = out.split_whitespace().collect();
+    let at = words.iter().position(|w| *w == "opened").expect("an 'opened N' line");
+    words[at + 1].parse().unwrap()
+}
+
+#[test]
+fn a_low_descriptor_limit_is_left_to_the_program() {
+    // 40 and 70 idle threads under RLIMIT_NOFILE=64: the program opens as many files as without
+    // the profiler, less the one descriptor the profile itself is written through (gperftools
+    // holds one too). Perf events have no descriptor numbers to spare under this limit.
+    for threads in ["40", "70"] {
+        let stderrs = behaves_the_same(
+            &["fdlimit", threads],
+            &[(libc::RLIMIT_NOFILE, 64)],
+            &["auto", "perf"],
+            |plain, profiled| {
+                plain.split(" opened").next() == profiled.split(" opened").next()
+                    && (opened(plain) - opened(profiled)) <= 1
+            },
+        );
+        for (what, err) in stderrs.iter().filter(|(w, _)| w.contains("perf")) {
+            assert!(err.contains("no descriptor numbers to spare"), "{what}: {err}");
+        }
+    }
+}
+
+#[test]
+fn thousands_of_threads_leave_select_its_low_descriptors() {
+    // 2,000 threads under RLIMIT_NOFILE=4096: a pipe made afterwards still gets descriptors
+    // that select() can watch. Perf events live at the top of the limit, within a budget
+    // (threads beyond it get POSIX timers, and say so).
+    let stderrs = behaves_the_same(
+        &["select", "2000"],
+        &[(libc::RLIMIT_NOFILE, 4096)],
+        &["auto", "perf"],
+        identical,
+    );
+    for (what, err) in stderrs.iter().filter(|(w, _)| w.contains("perf")) {
+        assert!(err.contains("budget spent"), "{what}: {err}");
+    }
+}
+
+#[test]
+fn a_full_realtime_signal_queue_kills_nothing() {
+    // The program fills the queue (RLIMIT_SIGPENDING, 4000 for this test) with a blocked signal
+    // of its own, burns CPU in new threads, and takes every signal back. POSIX timers hold a
+    // preallocated signal each and never fall back to SIGIO: a thread whose timer cannot be
+    // created is left unsampled and counted. (Perf events are not run here: a full queue makes
+    // the kernel send SIGIO in place of their signal; docs/HOSTILE.md.)
+    let stderrs = behaves_the_same(
+        &["sigqueue"],
+        &[(libc::RLIMIT_SIGPENDING, 4000)],
+        &["auto", "itimer"],
+        identical,
+    );
+    for (what, err) in stderrs.iter().filter(|(w, _)| w.contains("auto")) {
+        assert!(
+            err.contains("threads were not sampled"),
+            "{what}: the unsampled threads are reported: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_seccomp_filter_that_kills_perf_event_open_is_respected() {
+    // Installed by the program while profiled (new threads inherit it), and before the profiler
+    // starts (the program execs itself inside the sandbox). Asked for perf events, the profiler
+    // gives filtered threads POSIX timers instead and says why.
+    for mode in ["seccomp", "sandboxed"] {
+        let stderrs = behaves_the_same(&[mode], &[], &["auto", "perf"], identical);
+        for (what, err) in stderrs.iter().filter(|(w, _)| w.contains("perf")) {
+            assert!(err.contains("seccomp filter"), "{what}: {err}");
+        }
+    }
+}
