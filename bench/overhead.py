@@ -31,9 +31,9 @@ CPUPROF = os.path.join(ROOT, "target/release/libcpuprof.so")
 CONFIGS = {
     "no profiler (again)": (None, {}),
     "gperftools": (GPERFTOOLS, {}),
-    "cpuprof perf+dwarf": (CPUPROF, {}),
-    "cpuprof perf+fp": (CPUPROF, {"CPUPROFILE_UNWINDER": "fp"}),
-    "cpuprof thread+dwarf": (CPUPROF, {"CPUPROFILE_TIMER": "thread"}),
+    "cpuprof default (thread+dwarf)": (CPUPROF, {}),
+    "cpuprof thread+fp": (CPUPROF, {"CPUPROFILE_UNWINDER": "fp"}),
+    "cpuprof perf+dwarf": (CPUPROF, {"CPUPROFILE_TIMER": "perf"}),
     "cpuprof itimer+dwarf": (CPUPROF, {"CPUPROFILE_TIMER": "itimer"}),
 }
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Sampling accuracy: samples per CPU-second at several requested frequencies (1 and 4
-threads) and per-thread shares of a 1:2:3:4 workload, for gperftools' libprofiler.so and each
-cpuprof timer, interleaved in the same run; medians over rounds.
+threads), per-thread shares of a 1:2:3:4 workload, kernel time charged to the system call (the
+share of read(2) against the system-time share), and the same work split over 16, 256 and 1,000
+short threads, for gperftools' libprofiler.so and each cpuprof timer, interleaved in the same
+run; medians over rounds.
 
     python3 bench/sampling_accuracy.py [--rounds 3]
 
@@ -19,7 +21,7 @@ CONFIGS = {
     "gperftools setitimer": (GPERFTOOLS, {}),
     "gperftools per-thread": (GPERFTOOLS, {"CPUPROFILE_PER_THREAD_TIMERS": "1"}),
     "cpuprof itimer": (None, {"CPUPROFILE_TIMER": "itimer"}),
-    "cpuprof thread": (None, {"CPUPROFILE_TIMER": "thread"}),
+    "cpuprof default (thread)": (None, {}),
     "cpuprof perf": (None, {"CPUPROFILE_TIMER": "perf"}),
 }
 
@@ -28,18 +30,31 @@ def build(workdir):
     subprocess.run(["cargo", "build", "-q", "--release", "-p", "cpuprof-preload", "-p", "cpuprof-cli"], cwd=ROOT,
                    check=True)
     exes = {}
-    for name in ["hot", "threads"]:
+    for name in ["hot", "threads", "kernel_time", "short_threads"]:
         exes[name] = os.path.join(workdir, name)
         subprocess.run(["cc", "-O2", "-g", "-fno-omit-frame-pointer", os.path.join(ROOT, f"tests/c/{name}.c"), "-o",
                         exes[name], "-lpthread"], check=True)
     return exes
 
 
-def run(exe, args, library, env, hz, profile):
+def run(exe, args, library, env, hz, profile, keys=("cpu",)):
+    """Runs the workload profiled; returns the value it printed for `keys[0]` (or a tuple)."""
     full_env = dict(os.environ, LD_PRELOAD=library, CPUPROFILE=profile, CPUPROFILE_FREQUENCY=str(hz), **env)
     out = subprocess.run([exe] + args, capture_output=True, text=True, check=True, env=full_env).stdout
-    cpu = float(re.search(r"^cpu (\S+)", out, re.M).group(1))
-    return cpu
+    values = tuple(float(re.search(rf"^{key} (\S+)", out, re.M).group(1)) for key in keys)
+    return values if len(keys) > 1 else values[0]
+
+
+def flat(profile, names):
+    """The largest flat share among `names` in cpuprof top."""
+    cli = os.path.join(ROOT, "target/release/cpuprof")
+    out = subprocess.run([cli, "top", "-n", "1000", profile], capture_output=True, text=True).stdout
+    best = 0.0
+    for line in out.splitlines()[2:]:
+        cols = line.split()
+        if len(cols) >= 6 and cols[5] in names:
+            best = max(best, float(cols[1].rstrip("%")))
+    return best
 
 
 def top(profile):
@@ -65,6 +80,8 @@ def main():
         profile = os.path.join(workdir, "bench.prof")
         rates = {(name, threads, hz): [] for name in CONFIGS for threads in (1, 4) for hz in (100, 1000, 4000)}
         shares = {name: {k: [] for k in range(1, 5)} for name in CONFIGS}
+        kernel = {(name, hz): [] for name in CONFIGS for hz in (100, 1000, 4000)}
+        short = {(name, n): [] for name in CONFIGS for n in (16, 256, 1000)}
         for _ in range(args.rounds):
             for name, (library, env) in CONFIGS.items():
                 library = library or cpuprof
@@ -76,6 +93,13 @@ def main():
                 _, rows = top(profile)
                 for k in range(1, 5):
                     shares[name][k].append(rows.get(f"burn_{k}", 0.0))
+                for hz in (100, 1000, 4000):
+                    cpu, sys = run(exes["kernel_time"], ["3"], library, env, hz, profile, keys=("cpu", "sys"))
+                    read = flat(profile, {"read", "__read", "__libc_read", "__GI___libc_read"})
+                    kernel[(name, hz)].append(read - 100 * sys / cpu)
+                for n in (16, 256, 1000):
+                    cpu = run(exes["short_threads"], [str(n), "4"], library, env, 100, profile)
+                    short[(name, n)].append(top(profile)[0] / 100 / cpu)
         print(f"Samples per CPU-second (median of {args.rounds} rounds; ideal = requested)\n")
         print("| timer | 1 thread 100 Hz | 1 thread 1000 Hz | 1 thread 4000 Hz | 4 threads 100 Hz | 4 threads 1000 Hz "
               "| 4 threads 4000 Hz |")
@@ -90,6 +114,19 @@ def main():
             med = [statistics.median(shares[name][k]) for k in range(1, 5)]
             worst = max(abs(m - 10 * k) for k, m in zip(range(1, 5), med))
             print(f"| {name} | " + " | ".join(f"{m:.1f}" for m in med) + f" | {worst:.1f} |")
+        print("\nKernel time: flat share of read(2) minus the system-time share (getrusage), in points, of a"
+              " workload with ~35 % system time (ideal 0)\n")
+        print("| timer | 100 Hz | 1000 Hz | 4000 Hz |")
+        print("|---|---|---|---|")
+        for name in CONFIGS:
+            print(f"| {name} | " + " | ".join(f"{statistics.median(kernel[(name, hz)]):+.1f}"
+                                                for hz in (100, 1000, 4000)) + " |")
+        print("\nShort threads: samples x period / CPU time for 4 CPU-s split over N threads, 100 Hz (ideal 1.00)\n")
+        print("| timer | 16 threads | 256 threads | 1,000 threads |")
+        print("|---|---|---|---|")
+        for name in CONFIGS:
+            print(f"| {name} | " + " | ".join(f"{statistics.median(short[(name, n)]):.2f}" for n in (16, 256, 1000))
+                  + " |")
 
 
 if __name__ == "__main__":
