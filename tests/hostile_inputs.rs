@@ -419,3 +419,219 @@ fn assert_same_as_plain_takeover(program: &Path, clients: &str, profiled: &Outpu
     assert_eq!(plain.status.code(), profiled.status.code());
     assert_eq!(plain.stdout, profiled.stdout);
 }
+
+/// A raw profile with `records` and `maps` as its maps text.
+fn crafted(format: cpuprof::format::SlotFormat, records: &[(u64, Vec<u64>)], maps: &str) -> Vec<u8> {
+    let mut w = cpuprof::format::ProfileWriter::new(Vec::new(), format, 10_000).unwrap();
+    for (count, pcs) in records {
+        w.write_record(*count, pcs).unwrap();
+    }
+    w.finish(maps.as_bytes()).unwrap()
+}
+
+/// How one run of the `cpuprof` command went.
+struct Measured {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    peak_rss_kb: u64,
+}
+
+/// Runs `cpuprof args` under GNU time for its peak RSS (a small process forks it: the
+/// rusage of a child spawned from this large test process would start at this one's size),
+/// killed after 60 s (a hang is a failure, reported as exit code 137).
+fn cpuprof_measured(dir: &Path, args: &[&str]) -> Measured {
+    let rss = dir.join("peak_rss");
+    let _ = std::fs::remove_file(&rss);
+    let out = Command::new("timeout")
+        .args(["-s", "KILL", "60", "/usr/bin/time", "-f", "%M", "-o"])
+        .arg(&rss)
+        .arg(cli())
+        .args(args)
+        .output()
+        .unwrap();
+    Measured {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        // GNU time writes "Command exited with non-zero status N" before the number then.
+        peak_rss_kb: std::fs::read_to_string(&rss)
+            .ok()
+            .and_then(|t| t.lines().last().and_then(|l| l.trim().parse().ok()))
+            .unwrap_or_else(|| panic!("{args:?}: no peak RSS (killed?): {:?}", out.status)),
+    }
+}
+
+/// The commands that read a profile's maps and the binaries they name.
+fn reading_commands(dir: &Path, profile: &Path) -> Vec<Vec<String>> {
+    let p = profile.to_str().unwrap().to_string();
+    let out = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    [
+        vec!["top".into(), p.clone()],
+        vec!["collapse".into(), "-o".into(), out("folded"), p.clone()],
+        vec![
+            "convert".into(),
+            "--to".into(),
+            "pprof".into(),
+            "-o".into(),
+            out("out.pb.gz"),
+            p.clone(),
+        ],
+        vec![
+            "convert".into(),
+            "--to".into(),
+            "dcpi".into(),
+            "-o".into(),
+            out("dcpi"),
+            p.clone(),
+        ],
+        vec!["merge".into(), "-o".into(), out("merged.prof"), p.clone(), p],
+    ]
+    .into()
+}
+
+#[test]
+fn maps_naming_a_device_or_a_fifo_are_skipped_with_a_warning() {
+    let dir = scratch_dir("hostile_cli_devices");
+    let fifo = dir.join("fifo");
+    let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    let maps = format!(
+        "1000-2000 r-xp 00000000 00:06 4 /dev/zero\n3000-4000 r-xp 00000000 00:06 5 {}\n",
+        fifo.display()
+    );
+    let profile = dir.join("devices.prof");
+    let bytes = crafted(
+        cpuprof::format::SlotFormat::LE64,
+        &[(5, vec![0x1100, 0x3100]), (3, vec![0x3200])],
+        &maps,
+    );
+    std::fs::write(&profile, bytes).unwrap();
+    for args in reading_commands(&dir, &profile) {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let run = cpuprof_measured(&dir, &args);
+        assert_eq!(run.code, Some(0), "{args:?}: {}", run.stderr);
+        if args[0] != "merge" {
+            for path in ["/dev/zero", fifo.to_str().unwrap()] {
+                assert!(
+                    run.stderr.contains(&format!("{path}: not a regular file")),
+                    "{args:?}: no warning about {path}: {}",
+                    run.stderr
+                );
+            }
+        }
+        assert!(run.peak_rss_kb < 50 * 1024, "{args:?}: peak RSS {} kB", run.peak_rss_kb);
+    }
+    let top = cpuprof_measured(&dir, &["top", profile.to_str().unwrap()]);
+    assert!(top.stdout.contains("Total: 8 samples"), "{}", top.stdout);
+}
+
+#[test]
+fn crafted_small_profiles_cannot_make_the_cli_allocate_much() {
+    use cpuprof::format::SlotFormat;
+    let dir = scratch_dir("hostile_cli_memory");
+    // `$build` repeated 20,000 times after a 130 KB `build=` line: 7.6-12.7 GB of path text
+    // before substitutions were capped at PATH_MAX.
+    let build = format!(
+        "build=/{}\n5000-6000 r-xp 00000000 00:06 5 {}\n",
+        "a".repeat(130_000),
+        "$build/".repeat(20_000)
+    );
+    let build = crafted(SlotFormat::LE64, &[(1, vec![0x5100])], &build);
+    // 3,000 spellings of the path of this process's libc, each mapped and sampled: each was
+    // loaded on its own (1.4 GB, 40 s) before objects were keyed by device and inode.
+    let libc_path = std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            l.split_whitespace()
+                .nth(5)
+                .filter(|p| p.contains("/libc.so"))
+                .map(String::from)
+        })
+        .expect("libc in this process's maps");
+    let (dir_part, file) = libc_path.rsplit_once('/').unwrap();
+    let (mut maps, mut records) = (String::new(), Vec::new());
+    for i in 0..3000u64 {
+        let start = 0x1000_0000 + i * 0x10_0000;
+        let spelling = format!(
+            "{dir_part}/{}{}{file}",
+            "./".repeat(i as usize % 50),
+            "/".repeat(i as usize / 50)
+        );
+        maps.push_str(&format!(
+            "{start:x}-{:x} r-xp 00028000 00:06 5 {spelling}\n",
+            start + 0x10_0000
+        ));
+        records.push((1, vec![start + 0x1000]));
+    }
+    let variants = crafted(SlotFormat::LE32, &records, &maps);
+    for (name, bytes) in [("build", build), ("variants", variants)] {
+        let profile = dir.join(format!("{name}.prof"));
+        std::fs::write(&profile, &bytes).unwrap();
+        for args in reading_commands(&dir, &profile) {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let run = cpuprof_measured(&dir, &args);
+            assert_eq!(run.code, Some(0), "{name} {args:?}: {}", run.stderr);
+            eprintln!(
+                "{name} ({} KB) {}: peak RSS {} kB",
+                bytes.len() / 1024,
+                args[0],
+                run.peak_rss_kb
+            );
+            assert!(
+                run.peak_rss_kb < 50 * 1024,
+                "{name} ({} bytes) {args:?}: peak RSS {} kB",
+                bytes.len(),
+                run.peak_rss_kb
+            );
+        }
+    }
+}
+
+#[test]
+fn counts_near_two_to_the_64_are_refused_with_the_record_never_wrapped() {
+    use cpuprof::format::SlotFormat;
+    let dir = scratch_dir("hostile_cli_counts");
+    let maps = "1000-2000 r-xp 00000000 00:06 4 /nonexistent/app\n";
+    let write = |name: &str, records: &[(u64, Vec<u64>)]| {
+        let path = dir.join(name);
+        std::fs::write(&path, crafted(SlotFormat::LE64, records, maps)).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let over = write("over.prof", &[(u64::MAX - 10, vec![0x1100]), (20, vec![0x1200])]);
+    let full = write("full.prof", &[(u64::MAX - 10, vec![0x1100]), (10, vec![0x1200])]);
+    let half = write("half.prof", &[(1 << 63, vec![0x1100])]);
+    let merged = dir.join("merged.prof");
+    let merged = merged.to_str().unwrap();
+    for args in [
+        vec!["top", &over],
+        vec!["check", &over],
+        vec!["convert", "--to", "pprof", "-o", merged, &over],
+        vec!["merge", "-o", merged, &over],
+    ] {
+        let run = cpuprof_measured(&dir, &args);
+        assert_eq!(run.code, Some(1), "{args:?}: {}{}", run.stdout, run.stderr);
+        assert!(
+            run.stderr.contains("at byte offset 64") && run.stderr.contains("past 2^64 - 1"),
+            "{args:?}: {}",
+            run.stderr
+        );
+    }
+    // Exactly 2^64 - 1 samples is a valid profile, and every total says so.
+    let run = cpuprof_measured(&dir, &["top", &full]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        run.stdout.contains("Total: 18446744073709551615 samples"),
+        "{}",
+        run.stdout
+    );
+    let run = cpuprof_measured(&dir, &["collapse", &full]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(run.stdout, "[app] 18446744073709551615\n");
+    // Two profiles whose sum passes 2^64 - 1 are not merged.
+    let run = cpuprof_measured(&dir, &["merge", "-o", merged, &half, &half]);
+    assert_eq!(run.code, Some(1));
+    assert!(run.stderr.contains("would pass 2^64 - 1"), "{}", run.stderr);
+}
