@@ -635,3 +635,44 @@ fn counts_near_two_to_the_64_are_refused_with_the_record_never_wrapped() {
     assert_eq!(run.code, Some(1));
     assert!(run.stderr.contains("would pass 2^64 - 1"), "{}", run.stderr);
 }
+
+#[test]
+fn a_connection_descriptor_recycled_mid_request_is_neither_written_nor_closed() {
+    let dir = scratch_dir("hostile_squat");
+    let program = victim(&dir);
+    let d = dir.to_str().unwrap();
+    let mut served = Served::start(&program, &["squat", d], &[]);
+    let mut stdout = BufReader::new(served.child.stdout.take().unwrap());
+    // A request whose head is not complete: its connection thread waits in a read.
+    let mut client = TcpStream::connect(&served.address).unwrap();
+    client.write_all(b"GET /pprof/cmdline HTTP/1.1\r\n").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // The program closes every descriptor and opens files of its own on the numbers.
+    let stdin = served.stdin.as_mut().unwrap();
+    stdin.write_all(b"go\n").unwrap();
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line, "squatting\n");
+    // The request completes; its response must not go into the program's file.
+    client.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let _ = client.write_all(b"\r\n");
+    let mut answer = Vec::new();
+    let _ = client.read_to_end(&mut answer);
+    drop(served.stdin.take());
+    let status = served.child.wait().unwrap();
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    assert_eq!(rest, "files intact\n", "{status:?}");
+    assert!(status.success());
+    // Without the profiler: the same output.
+    let mut plain = Command::new(&program)
+        .args(["squat", d])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    plain.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let plain = plain.wait_with_output().unwrap();
+    assert!(plain.status.success());
+    assert_eq!(String::from_utf8_lossy(&plain.stdout), "squatting\nfiles intact\n");
+}

@@ -16,13 +16,15 @@
 //! The program may close the listening socket's descriptor behind cpuprof's back (daemons
 //! `close_range()` everything after start-up) and open one of its own on the same number:
 //! the listener checks before every `accept` that the descriptor still holds the socket it
-//! bound, and stops serving, without touching the descriptor, once it does not.
+//! bound, and stops serving, without touching the descriptor, once it does not. Connections
+//! are checked the same way before every read and write and before they are closed.
 
 mod endpoints;
 mod request;
 mod symbols;
 
 use std::io::{self, Read, Write};
+use std::mem::ManuallyDrop;
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::{AsRawFd, IntoRawFd, RawFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -137,6 +139,7 @@ fn accept(conn: TcpStream) {
     // Accepted sockets do not inherit the listener's O_NONBLOCK on Linux; made sure of here
     // because the deadlines below rely on blocking reads with timeouts.
     let _ = conn.set_nonblocking(false);
+    let conn = Connection::new(conn);
     if OPEN_CONNECTIONS.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
         OPEN_CONNECTIONS.fetch_sub(1, Ordering::AcqRel);
         let _ = request::Response::text(503, "too many connections; retry later")
@@ -155,11 +158,53 @@ fn accept(conn: TcpStream) {
                 Err(refusal) => refusal,
             };
             let _ = response.write_to(&mut Deadline::after(&conn, RESPONSE_TIMEOUT));
-            let _ = conn.shutdown(std::net::Shutdown::Both);
+            if let Ok(stream) = conn.stream() {
+                let _ = stream.shutdown(std::net::Shutdown::Both);
+            }
             OPEN_CONNECTIONS.fetch_sub(1, Ordering::AcqRel);
         });
     if spawned.is_err() {
         OPEN_CONNECTIONS.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// An accepted connection that is read, written and closed only while its descriptor still
+/// holds it: a program that `close_range()`s its descriptors in the middle of a request may
+/// have put a file of its own on the number, which must not receive a response nor be closed.
+struct Connection {
+    stream: ManuallyDrop<TcpStream>,
+    identity: Option<(u64, u64)>,
+}
+
+impl Connection {
+    fn new(stream: TcpStream) -> Self {
+        let identity = identity(stream.as_raw_fd());
+        Connection {
+            stream: ManuallyDrop::new(stream),
+            identity,
+        }
+    }
+
+    fn ours(&self) -> bool {
+        self.identity.is_some() && identity(self.stream.as_raw_fd()) == self.identity
+    }
+
+    /// The stream, if the descriptor still holds it.
+    fn stream(&self) -> io::Result<&TcpStream> {
+        if self.ours() {
+            Ok(&self.stream)
+        } else {
+            Err(io::Error::other("the descriptor was reused by the program"))
+        }
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        if self.ours() {
+            // SAFETY: dropped once, here, and never used again.
+            unsafe { ManuallyDrop::drop(&mut self.stream) };
+        }
     }
 }
 
@@ -173,13 +218,13 @@ const SMALL_READ_PAUSE: Duration = Duration::from_millis(50);
 /// A connection whose reads (or writes) must all be over by one deadline, however the peer
 /// splits them: each one waits at most for the time left.
 struct Deadline<'a> {
-    conn: &'a TcpStream,
+    conn: &'a Connection,
     end: Instant,
     last_read_small: bool,
 }
 
 impl<'a> Deadline<'a> {
-    fn after(conn: &'a TcpStream, limit: Duration) -> Self {
+    fn after(conn: &'a Connection, limit: Duration) -> Self {
         Deadline {
             conn,
             end: Instant::now() + limit,
@@ -201,8 +246,9 @@ impl Read for Deadline<'_> {
         if self.last_read_small {
             std::thread::sleep(SMALL_READ_PAUSE.min(self.left()?));
         }
-        self.conn.set_read_timeout(Some(self.left()?))?;
-        let n = (&mut &*self.conn).read(buf)?;
+        let stream = self.conn.stream()?;
+        stream.set_read_timeout(Some(self.left()?))?;
+        let n = (&mut &*stream).read(buf)?;
         self.last_read_small = n < SMALL_READ;
         Ok(n)
     }
@@ -210,8 +256,9 @@ impl Read for Deadline<'_> {
 
 impl Write for Deadline<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.conn.set_write_timeout(Some(self.left()?))?;
-        (&mut &*self.conn).write(buf)
+        let stream = self.conn.stream()?;
+        stream.set_write_timeout(Some(self.left()?))?;
+        (&mut &*stream).write(buf)
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -222,15 +269,18 @@ impl Write for Deadline<'_> {
 /// Waits up to `wait`; true as soon as the client closes its end of the connection (or it
 /// fails), so that a profile nobody will read is abandoned. A client that only shuts down its
 /// sending side after the request counts as gone too: HTTP clients do not do that.
-fn client_hung_up(conn: &TcpStream, wait: Duration) -> bool {
+fn client_hung_up(conn: &Connection, wait: Duration) -> bool {
     let end = Instant::now() + wait;
     loop {
+        if !conn.ours() {
+            return true;
+        }
         let left = end.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return false;
         }
         let mut watched = libc::pollfd {
-            fd: conn.as_raw_fd(),
+            fd: conn.stream.as_raw_fd(),
             // Not POLLIN: bytes the client sends after its request must not wake this loop.
             events: libc::POLLRDHUP,
             revents: 0,

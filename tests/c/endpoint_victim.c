@@ -7,8 +7,13 @@
  *                                 listening socket (on the number cpuprof's listener had, if it
  *                                 had one), prints "port P" on stderr, serves N clients one line
  *                                 each, then waits for end of file on standard input
+ *   endpoint_victim squat DIR     after a line on standard input, closes every descriptor from 3
+ *                                 up and opens 16 files DIR/own.N on the freed numbers, prints
+ *                                 "squatting"; at end of file writes "mine" through each, and
+ *                                 prints "files intact" if each holds exactly that
  *
- * Prints "done" (idle) or "served N" (takeover) at the end; exit status 0 when all went well. */
+ * Prints "done" (idle), "served N" (takeover) or "files intact" (squat) at the end; exit
+ * status 0 when all went well. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -97,10 +102,46 @@ static int takeover(int clients) {
   return served == clients ? 0 : 1;
 }
 
+static int squat(const char *dir) {
+  enum { FILES = 16 };
+  char path[4096], byte;
+  int fds[FILES];
+  while (read(0, &byte, 1) > 0 && byte != '\n') {
+  }
+  if (close_range(3, ~0U, 0) != 0) return 30;
+  for (int i = 0; i < FILES; i++) {
+    snprintf(path, sizeof path, "%s/own.%d", dir, i);
+    fds[i] = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (fds[i] < 0) return 31;
+  }
+  puts("squatting");
+  while (read(0, &byte, 1) > 0) {
+  }
+  int intact = 1;
+  for (int i = 0; i < FILES; i++) {
+    if (write(fds[i], "mine\n", 5) != 5 || close(fds[i]) != 0) {
+      printf("descriptor %d: %s\n", fds[i], strerror(errno));
+      intact = 0;
+    }
+    snprintf(path, sizeof path, "%s/own.%d", dir, i);
+    char got[64] = {0};
+    int fd = open(path, O_RDONLY);
+    ssize_t n = read(fd, got, sizeof got - 1);
+    close(fd);
+    if (n != 5 || memcmp(got, "mine\n", 5) != 0) {
+      printf("own.%d holds %zd bytes: %.20s\n", i, n, got);
+      intact = 0;
+    }
+  }
+  if (intact) puts("files intact");
+  return intact ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IONBF, 0);
   if (argc > 2 && !strcmp(argv[1], "idle")) return idle(argv[2]);
   if (argc > 2 && !strcmp(argv[1], "takeover")) return takeover(atoi(argv[2]));
-  fprintf(stderr, "usage: endpoint_victim idle DIR | takeover N\n");
+  if (argc > 2 && !strcmp(argv[1], "squat")) return squat(argv[2]);
+  fprintf(stderr, "usage: endpoint_victim idle DIR | takeover N | squat DIR\n");
   return 2;
 }
