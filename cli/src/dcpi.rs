@@ -39,6 +39,7 @@ pub fn export(
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let mut symbolizer = Symbolizer::new(locator.clone(), &profile.maps);
     let mut images: BTreeMap<String, Image> = BTreeMap::new();
+    let mut outside = 0u64;
     for s in &profile.samples {
         let Some(&pc) = s.pcs.first() else { continue };
         let Some(map) = profile.maps.find(pc) else { continue };
@@ -54,12 +55,24 @@ pub fn export(
             counts: BTreeMap::new(),
         });
         // A run-time image spans all its executable mappings.
-        if image.runtime && !(image.tstart..image.tstart + image.tsize).contains(&addr) {
-            let end = (image.tstart + image.tsize).max(map.end);
+        let end = image.tstart.saturating_add(image.tsize);
+        if image.runtime && !(image.tstart..end).contains(&addr) {
             image.tstart = image.tstart.min(map.start);
-            image.tsize = end - image.tstart;
+            image.tsize = end.max(map.end) - image.tstart;
         }
-        *image.counts.entry(addr).or_default() += s.count;
+        if !image.runtime && !(image.tstart..end).contains(&addr) {
+            // Outside the executable segment (a crafted or mismatched map): no offset in the
+            // image to put it at.
+            outside = outside.saturating_add(s.count);
+            continue;
+        }
+        let count = image.counts.entry(addr).or_default();
+        *count = count.saturating_add(s.count);
+    }
+    if outside > 0 {
+        eprintln!(
+            "cpuprof: warning: {outside} samples lie outside the executable segment of their object; not exported"
+        );
     }
     let mut written = Vec::new();
     let mut names: HashMap<String, usize> = HashMap::new();
@@ -130,7 +143,7 @@ fn encode(image: &Image, period_us: u64, epoch: std::time::SystemTime) -> Vec<u8
         i = j;
     }
     put(&mut out, addrs.len() as u64);
-    put(&mut out, addrs.iter().map(|a| a.1).sum());
+    put(&mut out, addrs.iter().fold(0u64, |total, a| total.saturating_add(a.1)));
     out
 }
 

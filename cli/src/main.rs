@@ -300,9 +300,8 @@ fn run(command: Command) -> Result<u8, String> {
                 profiles.push((f.display().to_string(), read_profile(f)?));
             }
             drop(progress);
-            let bytes = merge::merge(&profiles)?;
+            let (bytes, total) = merge::merge(&profiles)?;
             std::fs::write(&output, bytes).map_err(|e| format!("cannot write {}: {e}", output.display()))?;
-            let total: u64 = profiles.iter().map(|(_, p)| p.total_samples()).sum();
             eprintln!(
                 "wrote {}: {} profiles, {total} samples",
                 output.display(),

@@ -11,13 +11,22 @@ use std::fmt::Write as _;
 
 const PAGE: u64 = 4096;
 
-pub fn merge(profiles: &[(String, Profile)]) -> Result<Vec<u8>, String> {
+/// The merged profile and its total sample count. Counts that would pass 2^64 - 1 are an
+/// error naming the profile that took them there, never a wrapped number.
+pub fn merge(profiles: &[(String, Profile)]) -> Result<(Vec<u8>, u64), String> {
     let Some((first_name, first)) = profiles.first() else {
         return Err("nothing to merge".into());
     };
     let mut maps: Vec<MapEntry> = first.maps.entries.clone();
-    let mut next_free = maps.iter().map(|e| e.end).max().unwrap_or(0).next_multiple_of(PAGE);
+    // None when the first profile's maps reach the top of the address space.
+    let mut next_free = maps
+        .iter()
+        .map(|e| e.end)
+        .max()
+        .unwrap_or(0)
+        .checked_next_multiple_of(PAGE);
     let mut stacks: HashMap<Vec<u64>, u64> = HashMap::new();
+    let mut total = 0u64;
     for (name, profile) in profiles {
         if profile.period_us != first.period_us {
             return Err(format!(
@@ -36,7 +45,10 @@ pub fn merge(profiles: &[(String, Profile)]) -> Result<Vec<u8>, String> {
                         .or_insert_with(|| translate(pc, profile, &mut maps, &mut next_free))
                 })
                 .collect();
-            *stacks.entry(pcs).or_default() += s.count;
+            let overflow = || format!("{name}: merged sample counts would pass 2^64 - 1");
+            total = total.checked_add(s.count).ok_or_else(overflow)?;
+            let count = stacks.entry(pcs).or_default();
+            *count = count.checked_add(s.count).ok_or_else(overflow)?;
         }
     }
     let mut out = ProfileWriter::new(Vec::new(), SlotFormat::NATIVE, first.period_us).map_err(|e| e.to_string())?;
@@ -53,30 +65,35 @@ pub fn merge(profiles: &[(String, Profile)]) -> Result<Vec<u8>, String> {
             e.start, e.end, e.perms, e.offset, e.inode, e.path
         );
     }
-    out.finish(text.as_bytes()).map_err(|e| e.to_string())
+    Ok((out.finish(text.as_bytes()).map_err(|e| e.to_string())?, total))
 }
 
-/// `pc` of `profile` as an address in the merged profile's maps, adding a mapping if needed.
-fn translate(pc: u64, profile: &Profile, maps: &mut Vec<MapEntry>, next_free: &mut u64) -> u64 {
+/// `pc` of `profile` as an address in the merged profile's maps, adding a mapping if needed;
+/// kept as it is when the address space has no room left for the mapping (crafted maps).
+fn translate(pc: u64, profile: &Profile, maps: &mut Vec<MapEntry>, next_free: &mut Option<u64>) -> u64 {
     let Some(entry) = profile.maps.find(pc) else { return pc };
     if entry.path.is_empty() {
         return pc;
     }
-    let offset = pc - entry.start + entry.offset;
+    // Offsets are file offsets as the map gave them: they may be anything, hence wrapping.
+    let offset = (pc - entry.start).wrapping_add(entry.offset);
     let same_object = |e: &MapEntry| {
-        e.path == entry.path && e.perms == entry.perms && e.offset <= offset && offset < e.offset + (e.end - e.start)
+        e.path == entry.path && e.perms == entry.perms && offset.wrapping_sub(e.offset) < e.end - e.start
     };
     if let Some(e) = maps.iter().find(|e| same_object(e)) {
-        return e.start + (offset - e.offset);
+        return e.start + offset.wrapping_sub(e.offset);
     }
-    let len = entry.end - entry.start;
+    let Some(start) = *next_free else { return pc };
+    let Some(end) = start.checked_add(entry.end - entry.start) else {
+        return pc;
+    };
     let added = MapEntry {
-        start: *next_free,
-        end: *next_free + len,
+        start,
+        end,
         ..entry.clone()
     };
-    *next_free = (added.end).next_multiple_of(PAGE);
-    let addr = added.start + (offset - added.offset);
+    *next_free = end.checked_next_multiple_of(PAGE);
+    let addr = added.start + (pc - entry.start);
     maps.push(added);
     addr
 }
@@ -106,7 +123,7 @@ mod tests {
             &[("/lib/libc.so", 0x90000), ("/lib/extra.so", 0xa0000)],
             &[(&[0x50010, 0x90020], 3), (&[0xa0100], 1)],
         );
-        let merged = Profile::parse(&merge(&[("a".into(), a), ("b".into(), b)]).unwrap()).unwrap();
+        let merged = Profile::parse(&merge(&[("a".into(), a), ("b".into(), b)]).unwrap().0).unwrap();
         let mut samples: Vec<_> = merged.samples.iter().map(|s| (s.pcs.clone(), s.count)).collect();
         samples.sort();
         assert_eq!(samples.len(), 2);

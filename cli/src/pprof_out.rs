@@ -2,17 +2,17 @@
 //! files, lines, inlined frames) so readers need no access to the binaries.
 
 use crate::progress::Progress;
-use crate::symbolize::{build_id, Locator, Symbolizer};
+use crate::symbolize::{BuildIds, Locator, Symbolizer};
 use cpuprof::format::pprof::Pprof;
 use cpuprof::format::Profile;
 use flate2::write::GzEncoder;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::io::Write;
 use std::path::Path;
 
 pub fn encode(profile: &Profile, locator: &Locator) -> Pprof {
     let mut symbolizer = Symbolizer::new(locator.clone(), &profile.maps);
-    let mut build_ids: HashMap<String, String> = HashMap::new();
+    let mut build_ids = BuildIds::default();
     let addresses: HashSet<u64> = profile.samples.iter().flat_map(|s| s.pcs.iter().copied()).collect();
     let mut progress = Progress::new("symbolising addresses", addresses.len());
     let mut done = 0;
@@ -23,15 +23,7 @@ pub fn encode(profile: &Profile, locator: &Locator) -> Pprof {
             progress.update(done);
             symbolizer.frames(&profile.maps, addr)
         },
-        |path| {
-            build_ids
-                .entry(path.to_string())
-                .or_insert_with(|| {
-                    let real = path.starts_with('/');
-                    real.then(|| build_id(Path::new(path))).flatten().unwrap_or_default()
-                })
-                .clone()
-        },
+        |path| build_ids.get(path).unwrap_or_default(),
     )
 }
 

@@ -27,9 +27,9 @@ pub fn top(stacks: &Stacks, by_cum: bool, count: usize) -> String {
         "{:>8} {:>6} {:>6} {:>8} {:>6}  function",
         "flat", "flat%", "sum%", "cum", "cum%"
     );
-    let mut sum = 0;
+    let mut sum = 0u64;
     for (name, f, c) in rows.into_iter().take(count) {
-        sum += f;
+        sum = sum.saturating_add(f);
         let _ = writeln!(
             out,
             "{f:>8} {:>5.1}% {:>5.1}% {c:>8} {:>5.1}%  {name}",

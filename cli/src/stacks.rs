@@ -48,8 +48,10 @@ impl Stacks {
         }
     }
 
+    /// Sum of the counts. Sums of counts saturate here and below: a parsed profile's total
+    /// fits in a u64, but DCPI files are summed across files.
     pub fn total(&self) -> u64 {
-        self.stacks.iter().map(|(_, c)| c).sum()
+        self.stacks.iter().fold(0u64, |total, (_, c)| total.saturating_add(*c))
     }
 
     /// Samples per function: flat where it is the leaf, cumulative where it is anywhere on the
@@ -58,11 +60,13 @@ impl Stacks {
         let mut out: HashMap<&str, Counts> = HashMap::new();
         for (names, c) in &self.stacks {
             if let Some(leaf) = names.last() {
-                out.entry(leaf).or_default().flat += c;
+                let counts = out.entry(leaf).or_default();
+                counts.flat = counts.flat.saturating_add(*c);
             }
             let unique: HashSet<&str> = names.iter().map(String::as_str).collect();
             for name in unique {
-                out.entry(name).or_default().cum += c;
+                let counts = out.entry(name).or_default();
+                counts.cum = counts.cum.saturating_add(*c);
             }
         }
         out
@@ -75,7 +79,8 @@ impl Stacks {
             // `;` separates frames, so it may not appear inside a name (the count follows the
             // last space, so spaces in C++ signatures are fine).
             let line = names.iter().map(|n| n.replace(';', ":")).collect::<Vec<_>>().join(";");
-            *folded.entry(line).or_default() += c;
+            let count = folded.entry(line).or_default();
+            *count = count.saturating_add(*c);
         }
         let mut lines: Vec<String> = folded.into_iter().map(|(k, v)| format!("{k} {v}")).collect();
         lines.sort();

@@ -5,14 +5,51 @@
 //! A binary that has moved since profiling is found through `--binary` or a search path
 //! ([`Locator`]). Substitutes are checked: a file whose inode differs from the one recorded in
 //! the maps, or whose build-id differs from the original's, is used with a warning.
+//!
+//! A profile's maps are input like any other and may name anything: only regular files are
+//! ever opened ([`open_regular`]; a device such as `/dev/zero` never ends and opening a FIFO
+//! waits for a writer), and an object reached by several spellings of its path
+//! (`/lib//libc.so.6`, `/lib/./libc.so.6`) is loaded once, by device and inode.
 
 use addr2line::Loader;
 use cpuprof::format::pprof::Frame;
 use cpuprof::format::{MapEntry, Maps};
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 use std::collections::HashMap;
-use std::os::unix::fs::MetadataExt;
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+/// Opens `path` for reading if, and only if, it is a regular file. `O_NONBLOCK` makes the
+/// open return at once even for a FIFO; the type is checked on the opened descriptor, so a
+/// file swapped in after a check by path cannot slip through. Returns the file, its size and
+/// its (device, inode); the error says why the file is not read.
+pub fn open_regular(path: &Path) -> Result<(File, u64, (u64, u64)), String> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let meta = file.metadata().map_err(|e| format!("{}: {e}", path.display()))?;
+    if !meta.is_file() {
+        return Err(format!(
+            "{}: not a regular file (a device, FIFO, socket or directory); not read",
+            path.display()
+        ));
+    }
+    Ok((file, meta.len(), (meta.dev(), meta.ino())))
+}
+
+/// The whole of a regular file, at most its size when opened (a file that grows meanwhile
+/// is not followed).
+fn read_regular(path: &Path) -> Option<(Vec<u8>, (u64, u64))> {
+    let (file, size, identity) = open_regular(path).ok()?;
+    let mut data = Vec::with_capacity(usize::try_from(size).ok()?);
+    file.take(size).read_to_end(&mut data).ok()?;
+    Some((data, identity))
+}
 
 /// Where to look for the binaries a profile names.
 #[derive(Clone, Debug, Default)]
@@ -34,8 +71,13 @@ impl Locator {
         if let Some(binary) = chosen {
             return (Some(binary.clone()), check_build_id(path, binary));
         }
-        if Path::new(path).is_file() {
-            return (Some(PathBuf::from(path)), None);
+        match std::fs::metadata(path) {
+            Ok(meta) if meta.is_file() => return (Some(PathBuf::from(path)), None),
+            Ok(_) => {
+                let hint = format!("{path}: not a regular file (a device, FIFO or directory); not read, its addresses stay unsymbolised");
+                return (None, Some(hint));
+            }
+            Err(_) => {}
         }
         for dir in &self.search_path {
             let candidate = dir.join(name);
@@ -63,10 +105,41 @@ fn check_build_id(path: &str, substitute: &Path) -> Option<String> {
 
 /// The GNU build-id of an ELF file, in hex.
 pub fn build_id(path: &Path) -> Option<String> {
-    let data = std::fs::read(path).ok()?;
-    let file = object::File::parse(&*data).ok()?;
+    build_id_of(&read_regular(path)?.0)
+}
+
+fn build_id_of(data: &[u8]) -> Option<String> {
+    let file = object::File::parse(data).ok()?;
     let id = file.build_id().ok()??;
     Some(id.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Build-ids by file, so that many spellings of one path read the file once.
+#[derive(Default)]
+pub struct BuildIds {
+    by_path: HashMap<String, Option<String>>,
+    by_identity: HashMap<(u64, u64), Option<String>>,
+}
+
+impl BuildIds {
+    pub fn get(&mut self, path: &str) -> Option<String> {
+        if let Some(id) = self.by_path.get(path) {
+            return id.clone();
+        }
+        let id = path.starts_with('/').then(|| self.read(Path::new(path))).flatten();
+        self.by_path.insert(path.to_string(), id.clone());
+        id
+    }
+
+    fn read(&mut self, path: &Path) -> Option<String> {
+        let (_, _, identity) = open_regular(path).ok()?;
+        if let Some(id) = self.by_identity.get(&identity) {
+            return id.clone();
+        }
+        let id = read_regular(path).and_then(|(data, _)| build_id_of(&data));
+        self.by_identity.insert(identity, id.clone());
+        id
+    }
 }
 
 /// One binary's symbol sources and its loadable segments (file offset, size, virtual address).
@@ -89,7 +162,7 @@ impl Binary {
             .partition_point(|&(start, _, _)| start <= svma)
             .checked_sub(1)?;
         let (start, size, name) = &self.functions[i];
-        (svma < start + size.max(&1)).then_some(name.as_str())
+        (svma - start < (*size).max(1)).then_some(name.as_str())
     }
 
     /// The link-time address of file offset `offset`, if a loadable segment holds it.
@@ -97,8 +170,9 @@ impl Binary {
         let &(off, _, vaddr) = self
             .segments
             .iter()
-            .find(|&&(off, size, _)| off <= offset && offset < off + size)?;
-        Some(offset - off + vaddr)
+            .find(|&&(off, size, _)| off <= offset && offset - off < size)?;
+        // Wrapping: the numbers come from the file; a wrong address only finds no symbol.
+        Some((offset - off).wrapping_add(vaddr))
     }
 }
 
@@ -106,7 +180,9 @@ pub struct Symbolizer {
     locator: Locator,
     /// The profile's main executable (the first mapped file), for `--binary` without a name match.
     main: Option<String>,
-    binaries: HashMap<String, Option<Binary>>,
+    binaries: HashMap<String, Option<Rc<Binary>>>,
+    /// The same binaries by (device, inode) of the file read.
+    by_identity: HashMap<(u64, u64), Rc<Binary>>,
 }
 
 impl Symbolizer {
@@ -120,6 +196,7 @@ impl Symbolizer {
             locator,
             main,
             binaries: HashMap::new(),
+            by_identity: HashMap::new(),
         }
     }
 
@@ -131,7 +208,8 @@ impl Symbolizer {
         let Some(map) = maps.find(addr) else {
             return vec![unknown(format!("{addr:#x}"))];
         };
-        let file_offset = addr - map.start + map.offset;
+        // Wrapping: offsets in a crafted map may be anything; a wrong offset finds no symbol.
+        let file_offset = (addr - map.start).wrapping_add(map.offset);
         self.frames_in(map, file_offset)
             .unwrap_or_else(|| vec![unknown(format!("[{}]", file_name(&map.path)))])
     }
@@ -155,7 +233,9 @@ impl Symbolizer {
     /// The link-time address of `addr` in its object, and that object's recorded path.
     pub fn svma(&mut self, maps: &Maps, addr: u64) -> Option<(String, u64)> {
         let map = maps.find(addr)?;
-        let svma = self.binary(&map.path, map.inode)?.svma(addr - map.start + map.offset)?;
+        let svma = self
+            .binary(&map.path, map.inode)?
+            .svma((addr - map.start).wrapping_add(map.offset))?;
         Some((map.path.clone(), svma))
     }
 
@@ -169,10 +249,10 @@ impl Symbolizer {
             let loaded = self.load(path, inode);
             self.binaries.insert(path.to_string(), loaded);
         }
-        self.binaries[path].as_ref()
+        self.binaries[path].as_deref()
     }
 
-    fn load(&self, path: &str, inode: u64) -> Option<Binary> {
+    fn load(&mut self, path: &str, inode: u64) -> Option<Rc<Binary>> {
         if !path.starts_with('/') {
             return None;
         }
@@ -186,7 +266,22 @@ impl Symbolizer {
         if let Some(w) = warning {
             eprintln!("cpuprof: warning: {w}");
         }
-        load_binary(&file?)
+        let file = file?;
+        let (data, identity) = match read_regular(&file) {
+            Some(read) => read,
+            None => {
+                if let Err(why) = open_regular(&file) {
+                    eprintln!("cpuprof: warning: {why}");
+                }
+                return None;
+            }
+        };
+        if let Some(known) = self.by_identity.get(&identity) {
+            return Some(known.clone());
+        }
+        let binary = Rc::new(load_binary(&file, &data)?);
+        self.by_identity.insert(identity, binary.clone());
+        Some(binary)
     }
 }
 
@@ -221,9 +316,9 @@ fn unknown(name: String) -> Frame {
     }
 }
 
-fn load_binary(path: &Path) -> Option<Binary> {
-    let data = std::fs::read(path).ok()?;
-    let file = object::File::parse(&*data).ok()?;
+/// `path`'s symbols from `data`, its contents; DWARF is read by `addr2line` from `path`.
+fn load_binary(path: &Path, data: &[u8]) -> Option<Binary> {
+    let file = object::File::parse(data).ok()?;
     let segments = file
         .segments()
         .map(|s| {

@@ -89,7 +89,13 @@ fn parse_line(line: &str) -> Option<MapEntry> {
     })
 }
 
-/// Replaces `$build` followed by a non-word character (or the end) with `build`.
+/// Longest path a substitution may produce: Linux's PATH_MAX. A crafted file could otherwise
+/// repeat `$build` thousands of times after a long `build=` line and turn a few hundred KiB
+/// into gigabytes of path text; a longer path could not be opened anyway.
+const MAX_PATH: usize = 4096;
+
+/// Replaces `$build` followed by a non-word character (or the end) with `build`; the path is
+/// left as it is if the result would be longer than [`MAX_PATH`].
 fn substitute_build(path: &str, build: &str) -> String {
     let mut out = String::new();
     let mut rest = path;
@@ -98,6 +104,9 @@ fn substitute_build(path: &str, build: &str) -> String {
         let is_word = after.chars().next().is_some_and(|c| c.is_alphanumeric() || c == '_');
         out.push_str(&rest[..i]);
         out.push_str(if is_word { "$build" } else { build });
+        if out.len() > MAX_PATH {
+            return path.to_string();
+        }
         rest = after;
     }
     out.push_str(rest);
@@ -134,5 +143,16 @@ mod tests {
         let maps = Maps::parse(text);
         assert_eq!(maps.entries[0].path, "/opt/app/bin/app");
         assert_eq!(maps.entries[1].path, "$builder/x");
+    }
+
+    #[test]
+    fn build_substitution_cannot_blow_up() {
+        let mut text = format!(
+            "build=/{}\n40000000-40015000 r-xp 00000000 03:01 1 ",
+            "a".repeat(100_000)
+        );
+        text.push_str(&"$build/".repeat(10_000));
+        let maps = Maps::parse(text.as_bytes());
+        assert_eq!(maps.entries[0].path, "$build/".repeat(10_000));
     }
 }

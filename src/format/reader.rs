@@ -25,9 +25,10 @@ pub struct Profile {
 }
 
 impl Profile {
-    /// Sum of all sample counts.
+    /// Sum of all sample counts. A parsed profile's total fits in a u64 (the reader refuses
+    /// a file whose counts add up to more); one built by hand saturates rather than wraps.
     pub fn total_samples(&self) -> u64 {
-        self.samples.iter().map(|s| s.count).sum()
+        self.samples.iter().fold(0u64, |total, s| total.saturating_add(s.count))
     }
 
     /// Parses a complete profile; any defect is an error naming its byte offset.
@@ -79,7 +80,9 @@ impl Profile {
             if pcs[0] == 0 {
                 break Some(ParseError::at(offset + 2 * size, ParseErrorKind::ZeroPc));
             }
-            merged.add(count, pcs);
+            if merged.add(count, pcs).is_none() {
+                break Some(ParseError::at(offset, ParseErrorKind::CountOverflow { count }));
+            }
             offset += record_slots as usize * size;
         };
         Ok((merged.finish(format, period_us, Maps::default()), defect))
@@ -126,18 +129,23 @@ struct Merger {
     index: HashMap<Vec<u64>, usize>,
     samples: Vec<Sample>,
     records: usize,
+    total: u64,
 }
 
 impl Merger {
-    fn add(&mut self, count: u64, pcs: Vec<u64>) {
+    /// Adds a record; `None` (and nothing added) if the profile's total would pass 2^64 - 1,
+    /// so that every sum of a parsed profile's counts fits in a u64.
+    fn add(&mut self, count: u64, pcs: Vec<u64>) -> Option<()> {
+        self.total = self.total.checked_add(count)?;
         self.records += 1;
         match self.index.get(&pcs) {
-            Some(&i) => self.samples[i].count = self.samples[i].count.saturating_add(count),
+            Some(&i) => self.samples[i].count += count,
             None => {
                 self.index.insert(pcs.clone(), self.samples.len());
                 self.samples.push(Sample { count, pcs });
             }
         }
+        Some(())
     }
 
     fn finish(self, format: SlotFormat, period_us: u64, maps: Maps) -> Profile {
@@ -161,15 +169,24 @@ pub struct ParseError {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ParseErrorKind {
-    TooShortForHeader { len: usize },
+    TooShortForHeader {
+        len: usize,
+    },
     NotAProfile,
     UnsupportedVersion(u64),
     ZeroPeriod,
     EmptyRecord,
-    TruncatedRecord { depth: u64, slots_left: u64 },
+    TruncatedRecord {
+        depth: u64,
+        slots_left: u64,
+    },
     ZeroCount,
     ZeroPc,
     MissingTrailer,
+    /// The record's count takes the profile's total past 2^64 - 1 samples.
+    CountOverflow {
+        count: u64,
+    },
 }
 
 impl ParseError {
@@ -200,6 +217,10 @@ impl fmt::Display for ParseError {
             ),
             ParseErrorKind::ZeroCount => write!(f, "record has sample count 0 but is not the trailer"),
             ParseErrorKind::ZeroPc => write!(f, "record's first program counter is 0"),
+            ParseErrorKind::CountOverflow { count } => write!(
+                f,
+                "record's sample count {count} takes the profile's total past 2^64 - 1 (crafted or corrupt counts)"
+            ),
             ParseErrorKind::MissingTrailer => {
                 write!(
                     f,
@@ -306,6 +327,23 @@ mod tests {
             Profile::parse(&zero_period).unwrap_err(),
             ParseError::at(24, ParseErrorKind::ZeroPeriod)
         );
+    }
+
+    #[test]
+    fn counts_past_two_to_the_64_are_an_error_at_their_record() {
+        let mut w = ProfileWriter::new(Vec::new(), SlotFormat::LE64, 10000).unwrap();
+        w.write_record(u64::MAX - 10, &[0xa0000]).unwrap();
+        w.write_record(10, &[0xb0000]).unwrap();
+        w.write_record(1, &[0xa0000]).unwrap();
+        let bytes = w.finish(MAPS).unwrap();
+        let err = Profile::parse(&bytes).unwrap_err();
+        assert_eq!(
+            err,
+            ParseError::at(40 + 24 + 24, ParseErrorKind::CountOverflow { count: 1 })
+        );
+        assert!(err.to_string().contains("past 2^64"), "{err}");
+        let (partial, _) = Profile::parse_lenient(&bytes).unwrap();
+        assert_eq!(partial.total_samples(), u64::MAX);
     }
 
     #[test]

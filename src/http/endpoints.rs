@@ -33,14 +33,17 @@ const UNSUPPORTED: &[&str] = &[
     "/debug/pprof/trace",
 ];
 
-pub fn handle(req: &Request) -> Response {
+/// Waits up to the given time and says whether the client hung up meanwhile.
+pub type ClientWatch<'a> = &'a dyn Fn(Duration) -> bool;
+
+pub fn handle(req: &Request, client_gone: ClientWatch) -> Response {
     match (req.method.as_str(), req.path.as_str()) {
         (_, path) if UNSUPPORTED.contains(&path) => Response::text(
             501,
             format!("{path}: not supported; cpuprof takes CPU profiles only (/pprof/profile, /debug/pprof/profile)"),
         ),
-        ("GET", "/pprof/profile") => profile(req, Encoding::Legacy),
-        ("GET", "/debug/pprof/profile") => profile(req, Encoding::Protobuf),
+        ("GET", "/pprof/profile") => profile(req, Encoding::Legacy, client_gone),
+        ("GET", "/debug/pprof/profile") => profile(req, Encoding::Protobuf, client_gone),
         ("GET", "/pprof/symbol") => Response::text(200, "num_symbols: 1"),
         ("POST", "/pprof/symbol") => symbols(&req.body),
         ("GET", "/pprof/cmdline") => cmdline(),
@@ -73,7 +76,7 @@ enum Encoding {
 /// Set while an on-demand profile is being taken: one at a time.
 static PROFILING: AtomicBool = AtomicBool::new(false);
 
-fn profile(req: &Request, encoding: Encoding) -> Response {
+fn profile(req: &Request, encoding: Encoding, client_gone: ClientWatch) -> Response {
     let seconds = match parse_seconds(query_param(&req.query, "seconds")) {
         Ok(s) => s,
         Err(message) => return Response::text(400, message),
@@ -84,10 +87,12 @@ fn profile(req: &Request, encoding: Encoding) -> Response {
             "another profile request is being served; cpuprof takes one profile at a time, retry when it ends",
         );
     }
-    let result = take_profile(seconds);
+    let result = take_profile(seconds, client_gone);
     PROFILING.store(false, Ordering::Release);
     let bytes = match result {
-        Ok(bytes) => bytes,
+        Ok(Some(bytes)) => bytes,
+        // Nobody reads this; the connection is closed after it.
+        Ok(None) => return Response::text(400, "the client closed the connection; profile abandoned"),
         Err(Error::AlreadyRunning { path }) => {
             return Response::text(
                 409,
@@ -124,8 +129,10 @@ pub fn parse_seconds(value: Option<&str>) -> Result<u64, String> {
     }
 }
 
-/// Profiles the whole process for `seconds` into a private temporary file and returns its bytes.
-fn take_profile(seconds: u64) -> Result<Vec<u8>, Error> {
+/// Profiles the whole process for `seconds` into a private temporary file and returns its
+/// bytes; `None` when the client hung up first: the profile is stopped and its file removed
+/// at once, so the next request need not wait for a profile nobody will read.
+fn take_profile(seconds: u64, client_gone: ClientWatch) -> Result<Option<Vec<u8>>, Error> {
     static REQUESTS: AtomicU64 = AtomicU64::new(0);
     let path: PathBuf = std::env::temp_dir().join(format!(
         "cpuprof-http-{}-{}.prof",
@@ -137,12 +144,12 @@ fn take_profile(seconds: u64) -> Result<Vec<u8>, Error> {
         ..Options::from_env(|k| std::env::var(k).ok())
     };
     global::start_on_demand(&path, options)?;
-    std::thread::sleep(Duration::from_secs(seconds));
+    let abandoned = client_gone(Duration::from_secs(seconds));
     let stopped = global::stop_on_demand();
-    let bytes = std::fs::read(&path);
+    let bytes = (!abandoned).then(|| std::fs::read(&path));
     let _ = std::fs::remove_file(&path);
     stopped?;
-    bytes.map_err(|source| Error::Write { path, source })
+    bytes.transpose().map_err(|source| Error::Write { path, source })
 }
 
 fn to_gzipped_protobuf(legacy: &[u8]) -> Result<Vec<u8>, String> {
@@ -197,6 +204,16 @@ fn cmdline() -> Response {
 mod tests {
     use super::*;
 
+    /// A client that stays for the whole profile.
+    fn stays(wait: Duration) -> bool {
+        std::thread::sleep(wait);
+        false
+    }
+
+    fn handle(req: &Request) -> Response {
+        super::handle(req, &stays)
+    }
+
     fn get(path: &str) -> Request {
         let (path, query) = path.split_once('?').unwrap_or((path, ""));
         Request {
@@ -215,6 +232,27 @@ mod tests {
             assert!(parse_seconds(Some(bad)).is_err(), "{bad}");
         }
         assert_eq!(handle(&get("/pprof/profile?seconds=-1")).status, 400);
+    }
+
+    #[test]
+    fn a_profile_whose_client_left_is_stopped_and_removed() {
+        let before = temp_profiles();
+        let r = super::handle(&get("/pprof/profile?seconds=300"), &|_| true);
+        assert_eq!(r.status, 400);
+        assert!(String::from_utf8_lossy(&r.body).contains("abandoned"));
+        assert_eq!(temp_profiles(), before);
+        assert!(!PROFILING.load(Ordering::Acquire));
+    }
+
+    fn temp_profiles() -> usize {
+        let prefix = format!("cpuprof-http-{}-", std::process::id());
+        std::fs::read_dir(std::env::temp_dir())
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .is_ok_and(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            })
+            .count()
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Reading one HTTP/1.x request with hard limits, and writing a response. Anything outside the
 //! limits or the grammar becomes an error status for the client, never a panic or an unbounded
-//! allocation; a client that stalls runs into the socket timeouts set by the server.
+//! allocation; a client that stalls runs into the deadline the server puts on the whole
+//! request, and one that sends it in tiny pieces runs out of reads (see [`FREE_READS`]).
 
 use std::io::{self, Read, Write};
 
@@ -8,6 +9,12 @@ use std::io::{self, Read, Write};
 pub const MAX_HEAD: usize = 16 * 1024;
 /// Bodies (only `POST /pprof/symbol` has one: addresses, 19 bytes each).
 pub const MAX_BODY: usize = 4 * 1024 * 1024;
+/// Reads a request may take whatever their size; beyond them, each further read must have
+/// brought [`BYTES_PER_READ`] on average. A client sending one byte per segment would
+/// otherwise wake its thread once per byte for up to 4 MiB; real clients send a request in a
+/// few segments of a kilobyte or more.
+pub const FREE_READS: usize = 64;
+pub const BYTES_PER_READ: usize = 256;
 
 #[derive(Debug)]
 pub struct Request {
@@ -83,20 +90,25 @@ fn reason(status: u16) -> &'static str {
 
 /// Reads one request from `conn`. Errors are the response to send instead.
 pub fn read_request(conn: &mut impl Read) -> Result<Request, Response> {
+    let mut reads = Reads::default();
     let mut buf = Vec::with_capacity(1024);
+    let mut searched = 0usize;
     let head_end = loop {
-        if let Some(i) = find(&buf, b"\r\n\r\n") {
-            break i;
+        // Only the bytes that came last can complete the blank line: searching the whole
+        // buffer after every read would cost time quadratic in the head's size.
+        let from = searched.saturating_sub(3);
+        if let Some(i) = find(&buf[from..], b"\r\n\r\n") {
+            break from + i;
         }
+        searched = buf.len();
         if buf.len() > MAX_HEAD {
             return Err(Response::text(431, format!("request head over {MAX_HEAD} bytes")));
         }
         let mut chunk = [0u8; 4096];
-        match conn.read(&mut chunk) {
+        match reads.read(conn, &mut chunk) {
             Ok(0) => return Err(Response::text(400, "connection closed before the request was complete")),
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e) if is_timeout(&e) => return Err(Response::text(408, "request not received in time")),
-            Err(e) => return Err(Response::text(400, format!("cannot read the request: {e}"))),
+            Err(refusal) => return Err(refusal),
         }
     };
     if head_end > MAX_HEAD {
@@ -137,11 +149,10 @@ pub fn read_request(conn: &mut impl Read) -> Result<Request, Response> {
     body.truncate(content_length);
     while body.len() < content_length {
         let mut chunk = vec![0u8; (content_length - body.len()).min(64 * 1024)];
-        match conn.read(&mut chunk) {
+        match reads.read(conn, &mut chunk) {
             Ok(0) => return Err(Response::text(400, "body shorter than its Content-Length")),
             Ok(n) => body.extend_from_slice(&chunk[..n]),
-            Err(e) if is_timeout(&e) => return Err(Response::text(408, "request body not received in time")),
-            Err(e) => return Err(Response::text(400, format!("cannot read the body: {e}"))),
+            Err(refusal) => return Err(refusal),
         }
     }
     let (mut path, mut query) = target.split_once('?').unwrap_or((target, ""));
@@ -160,6 +171,39 @@ pub fn read_request(conn: &mut impl Read) -> Result<Request, Response> {
         query: query.to_string(),
         body,
     })
+}
+
+/// Counts a request's reads and bytes to hold it to its read budget.
+#[derive(Default)]
+struct Reads {
+    reads: usize,
+    bytes: usize,
+}
+
+impl Reads {
+    fn read(&mut self, conn: &mut impl Read, chunk: &mut [u8]) -> Result<usize, Response> {
+        if self.reads >= FREE_READS + self.bytes / BYTES_PER_READ {
+            return Err(Response::text(
+                400,
+                format!(
+                    "request arrived in too many small pieces ({} reads for {} bytes); send it in larger writes",
+                    self.reads, self.bytes
+                ),
+            ));
+        }
+        self.reads += 1;
+        loop {
+            match conn.read(chunk) {
+                Ok(n) => {
+                    self.bytes += n;
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if is_timeout(&e) => return Err(Response::text(408, "request not received in time")),
+                Err(e) => return Err(Response::text(400, format!("cannot read the request: {e}"))),
+            }
+        }
+    }
 }
 
 fn is_timeout(e: &io::Error) -> bool {
@@ -216,6 +260,32 @@ mod tests {
         let mut huge = b"GET / HTTP/1.1\r\nX: ".to_vec();
         huge.resize(MAX_HEAD + 10, b'a');
         assert_eq!(status(&huge), 431);
+    }
+
+    /// A reader handing out one byte per call, as a client sending one-byte segments does.
+    struct Trickle<'a>(&'a [u8]);
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = self.0.len().min(buf.len()).min(1);
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_request_in_tiny_pieces_runs_out_of_reads() {
+        let short = b"GET / HTTP/1.1\r\n\r\n";
+        assert!(read_request(&mut Trickle(short)).is_ok());
+        let mut long = b"GET / HTTP/1.1\r\nX: ".to_vec();
+        long.resize(8000, b'a');
+        long.extend_from_slice(b"\r\n\r\n");
+        let refusal = read_request(&mut Trickle(&long)).unwrap_err();
+        assert_eq!(refusal.status, 400);
+        assert!(String::from_utf8_lossy(&refusal.body).contains("too many small pieces"));
+        // The same request in one piece is fine, as is a body of many full segments.
+        assert!(read_request(&mut &long[..]).is_ok());
     }
 
     #[test]
