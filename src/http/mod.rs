@@ -38,7 +38,8 @@ pub fn serve(address: &str) -> io::Result<SocketAddr> {
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("{address}: no such address")))?;
     let listener = TcpListener::bind(target)?;
     let bound = listener.local_addr()?;
-    std::thread::Builder::new().name("cpuprof-http".into()).spawn(move || {
+    let builder = std::thread::Builder::new().name("cpuprof-http".into());
+    crate::sys::thread::spawn_signal_free(builder, move || {
         block_all_signals();
         for conn in listener.incoming() {
             match conn {
@@ -90,21 +91,21 @@ fn accept(mut conn: TcpStream) {
         let _ = request::Response::text(503, "too many connections; retry later").write_to(&mut conn);
         return;
     }
-    let spawned = std::thread::Builder::new()
+    let builder = std::thread::Builder::new()
         .name("cpuprof-http-conn".into())
         // Not smaller than the default: compressing the protobuf (miniz_oxide) uses a few
         // hundred KiB of stack in unoptimised builds.
-        .stack_size(2 * 1024 * 1024)
-        .spawn(move || {
-            block_all_signals();
-            let response = match request::read_request(&mut conn) {
-                Ok(req) => endpoints::handle(&req),
-                Err(refusal) => refusal,
-            };
-            let _ = response.write_to(&mut conn);
-            let _ = conn.shutdown(std::net::Shutdown::Both);
-            OPEN_CONNECTIONS.fetch_sub(1, Ordering::AcqRel);
-        });
+        .stack_size(2 * 1024 * 1024);
+    let spawned = crate::sys::thread::spawn_signal_free(builder, move || {
+        block_all_signals();
+        let response = match request::read_request(&mut conn) {
+            Ok(req) => endpoints::handle(&req),
+            Err(refusal) => refusal,
+        };
+        let _ = response.write_to(&mut conn);
+        let _ = conn.shutdown(std::net::Shutdown::Both);
+        OPEN_CONNECTIONS.fetch_sub(1, Ordering::AcqRel);
+    });
     if spawned.is_err() {
         OPEN_CONNECTIONS.fetch_sub(1, Ordering::AcqRel);
     }

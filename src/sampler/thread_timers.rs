@@ -81,7 +81,7 @@ pub fn start(kind: ThreadTimerKind, signal: c_int, period_ns: u64, excluded: Vec
         excluded,
         pid: std::process::id(),
     };
-    arm_missing(&mut timers, &current_tids())?;
+    arm_missing(&mut timers, &crate::sys::procfs::self_tids())?;
     *TIMERS.lock() = Some(timers);
     Ok(())
 }
@@ -129,7 +129,7 @@ pub fn on_thread_start() {
 
 /// Arms threads that appeared and disarms threads that are gone. Run by the writer thread.
 pub fn sync_with_tasks() {
-    let tids = current_tids();
+    let tids = crate::sys::procfs::self_tids();
     if let Some(t) = running(&mut TIMERS.lock()) {
         let gone: Vec<libc::pid_t> = t.armed.keys().filter(|tid| !tids.contains(tid)).copied().collect();
         for tid in gone {
@@ -402,12 +402,6 @@ fn arm_perf(tid: libc::pid_t, signal: c_int, period_ns: u64) -> io::Result<c_int
         }
         Ok(fd)
     }
-}
-
-fn current_tids() -> Vec<libc::pid_t> {
-    std::fs::read_dir("/proc/self/task")
-        .map(|dir| dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
-        .unwrap_or_default()
 }
 
 pub fn gettid() -> libc::pid_t {
