@@ -81,7 +81,7 @@ pub fn start(kind: ThreadTimerKind, signal: c_int, period_ns: u64, excluded: Vec
         excluded,
         pid: std::process::id(),
     };
-    arm_missing(&mut timers, &crate::sys::procfs::self_tids())?;
+    arm_missing(&mut timers, &crate::sys::procfs::self_tids().unwrap_or_default())?;
     *TIMERS.lock() = Some(timers);
     Ok(())
 }
@@ -129,7 +129,10 @@ pub fn on_thread_start() {
 
 /// Arms threads that appeared and disarms threads that are gone. Run by the writer thread.
 pub fn sync_with_tasks() {
-    let tids = crate::sys::procfs::self_tids();
+    // Unreadable (out of descriptors): keep every timer until the next poll.
+    let Some(tids) = crate::sys::procfs::self_tids() else {
+        return;
+    };
     if let Some(t) = running(&mut TIMERS.lock()) {
         let gone: Vec<libc::pid_t> = t.armed.keys().filter(|tid| !tids.contains(tid)).copied().collect();
         for tid in gone {

@@ -76,19 +76,23 @@ pub fn read_self_maps() -> Vec<u8> {
     .unwrap_or_default()
 }
 
-/// The ids of the process's threads (empty if `/proc/self/task` cannot be read).
-pub fn self_tids() -> Vec<libc::pid_t> {
+/// The ids of the process's threads, or `None` if `/proc/self/task` cannot be read (out of
+/// descriptors, say), which is not the same as no threads.
+pub fn self_tids() -> Option<Vec<libc::pid_t>> {
     with_cached(&TASK, "/proc/self/task", |fd| {
         let mut tids = Vec::new();
         // SAFETY: rewinds our own directory descriptor.
         if unsafe { libc::lseek(fd, 0, libc::SEEK_SET) } != 0 {
-            return tids;
+            return None;
         }
         let mut buf = [0u8; 8192];
         loop {
             // SAFETY: getdents64 fills the local buffer with at most its length.
             let n = unsafe { libc::syscall(libc::SYS_getdents64, fd, buf.as_mut_ptr(), buf.len()) };
-            if n <= 0 {
+            if n < 0 {
+                return None;
+            }
+            if n == 0 {
                 break;
             }
             let mut at = 0;
@@ -103,9 +107,9 @@ pub fn self_tids() -> Vec<libc::pid_t> {
                 at += reclen.max(1);
             }
         }
-        tids
+        Some(tids)
     })
-    .unwrap_or_default()
+    .flatten()
 }
 
 #[cfg(test)]
@@ -121,7 +125,7 @@ mod tests {
         assert!(first.len() > 100 && again.len() > 100);
         assert_eq!(first.split(|&b| b == b'\n').next(), again.split(|&b| b == b'\n').next());
 
-        let tids = self_tids();
+        let tids = self_tids().unwrap();
         assert!(tids.contains(&unsafe { libc::gettid() }), "{tids:?}");
         let (tx, rx) = std::sync::mpsc::channel();
         let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
@@ -130,7 +134,10 @@ mod tests {
             let _ = done_rx.recv();
         });
         let new = rx.recv().unwrap();
-        assert!(self_tids().contains(&new), "a new thread is listed after a rewind");
+        assert!(
+            self_tids().unwrap().contains(&new),
+            "a new thread is listed after a rewind"
+        );
         done_tx.send(()).unwrap();
         t.join().unwrap();
     }
