@@ -42,6 +42,29 @@ fn profiled(profile: &Path, frequency: &str) -> Vec<(String, String)> {
     ]
 }
 
+/// For programs that close or `dup2` over low descriptors: POSIX per-thread timers. Perf
+/// events (`auto`) still take their descriptors at the lowest free numbers, so the program's
+/// `exec 3>log` or `close_range` ends a thread's sampling without a word, and the event is
+/// closed by number when its thread exits, closing the file the program reopened there (seen:
+/// 6 of 8 files closed). Guarding them with `sys::fd::GuardedFd` is another change; these
+/// tests should then run under `auto` as well.
+fn profiled_fd_takeover(profile: &Path, frequency: &str) -> Vec<(String, String)> {
+    let mut env = profiled(profile, frequency);
+    env.push(("CPUPROFILE_TIMER".into(), "thread".into()));
+    env
+}
+
+/// Asserts that the profile covers at least `seconds` of CPU time: sampling went on after the
+/// program took descriptor numbers over.
+fn assert_sampled(what: &str, profile: &Path, seconds: f64) {
+    let p = read_profile(profile);
+    let sampled = p.total_samples() as f64 * p.period_us as f64 / 1e6;
+    assert!(
+        sampled >= seconds,
+        "{what}: {sampled:.2} s sampled, want at least {seconds} s"
+    );
+}
+
 /// A command for `program args` with `env` and the soft resource limits `limits`.
 fn command(
     program: &Path,
@@ -232,12 +255,6 @@ fn expected_file(i: usize) -> String {
     (0..40).map(|line| format!("file {i} line {line}\n")).collect()
 }
 
-/// POSIX per-thread timers: with perf events (`auto`), the event descriptors are still taken
-/// at low numbers and closed by number when a thread exits, which closes the files the program
-/// reopened there (seen: 6 of 8 files closed). Guarding them with `sys::fd::GuardedFd` is
-/// another change; this test should then run under `auto` as well.
-const CLOSE_RANGE_TIMER: &str = "thread";
-
 #[test]
 fn close_range_and_reopened_files_are_left_to_the_program() {
     let run = |dir: &Path, env: &[(String, String)]| {
@@ -262,9 +279,7 @@ fn close_range_and_reopened_files_are_left_to_the_program() {
     for frequency in FREQUENCIES {
         let dir = scratch_dir(&format!("fds-closerange-{frequency}"));
         let profile = dir.join("p.prof");
-        let mut env = profiled(&profile, frequency);
-        env.push(("CPUPROFILE_TIMER".into(), CLOSE_RANGE_TIMER.into()));
-        let out = run(&dir, &env);
+        let out = run(&dir, &profiled_fd_takeover(&profile, frequency));
         let what = format!("closerange at {frequency} Hz");
         same_behaviour(&what, &plain, &out);
         assert_loss_reported(&what, &out, "was closed or replaced by the program");
@@ -377,13 +392,15 @@ fn a_log_dup2ed_onto_low_descriptors_gets_no_profile_bytes() {
         let out = output(command(
             &program(),
             &["dup2low", log.to_str().unwrap()],
-            &profiled(&profile, frequency),
+            &profiled_fd_takeover(&profile, frequency),
             &[],
         ));
         let what = format!("dup2low at {frequency} Hz");
         same_behaviour(&what, &plain, &out);
         assert_eq!(std::fs::read_to_string(&log).unwrap(), expected_log(), "{what}");
         assert_complete(&what, &profile, &out);
+        // Two threads burn ~1.4 s of CPU each, 1.2 s of it after the dup2s.
+        assert_sampled(&what, &profile, 1.0);
     }
 }
 
@@ -405,7 +422,7 @@ fn a_log_dup2ed_onto_every_descriptor_gets_no_profile_bytes_and_the_loss_is_repo
         let out = output(command(
             &program(),
             &["dup2all", log.to_str().unwrap()],
-            &profiled(&profile, frequency),
+            &profiled_fd_takeover(&profile, frequency),
             &nofile,
         ));
         let what = format!("dup2all at {frequency} Hz");
@@ -418,22 +435,20 @@ fn a_log_dup2ed_onto_every_descriptor_gets_no_profile_bytes_and_the_loss_is_repo
 
 #[test]
 fn a_shell_exec_3_redirect_gets_no_profile_bytes() {
-    let script = "exec 3>\"$1\"; i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done; echo log >&3; echo out $i";
+    // The loop burns ~1 s of CPU after the redirection.
+    let script = "exec 3>\"$1\"; i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; echo log >&3; echo out $i";
     for frequency in FREQUENCIES {
         let dir = scratch_dir(&format!("fds-bash-{frequency}"));
         let (log, profile) = (dir.join("log"), dir.join("p.prof"));
         let args = ["-c", script, "bash", log.to_str().unwrap()];
         let plain = output(command(Path::new("/bin/bash"), &args, &[], &[]));
         assert_eq!(std::fs::read_to_string(&log).unwrap(), "log\n");
-        let out = output(command(
-            Path::new("/bin/bash"),
-            &args,
-            &profiled(&profile, frequency),
-            &[],
-        ));
+        let env = profiled_fd_takeover(&profile, frequency);
+        let out = output(command(Path::new("/bin/bash"), &args, &env, &[]));
         let what = format!("bash exec 3> at {frequency} Hz");
         same_behaviour(&what, &plain, &out);
         assert_eq!(std::fs::read_to_string(&log).unwrap(), "log\n", "{what}");
         assert_complete(&what, &profile, &out);
+        assert_sampled(&what, &profile, 0.3);
     }
 }

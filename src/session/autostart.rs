@@ -38,11 +38,15 @@ pub fn start_from_environment() {
     let Some(path) = profile_path_from_env(var, is_privileged()) else {
         return;
     };
+    // Read before the environment is changed below: bash replaces getenv/setenv with its own,
+    // and once its setenv has run, its getenv finds none of the variables not yet imported
+    // (every CPUPROFILE_* option was ignored in bash).
+    let options = Options::from_env(var);
+    let toggle = var("CPUPROFILESIGNAL");
     // Programs this one execs inherit the environment (and LD_PRELOAD): they must write their
     // own `_<pid>` file rather than truncate ours.
     std::env::set_var("CPUPROFILE_USE_PID", "1");
-    let options = Options::from_env(var);
-    match var("CPUPROFILESIGNAL") {
+    match toggle {
         Some(sig) => match sig.trim().parse::<c_int>() {
             Ok(signal) => arm_toggle_signal(signal, path, options),
             Err(_) => eprintln!("cpuprof: CPUPROFILESIGNAL={sig:?} is not a signal number; not profiling"),
