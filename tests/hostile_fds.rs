@@ -452,3 +452,35 @@ fn a_shell_exec_3_redirect_gets_no_profile_bytes() {
         assert_sampled(&what, &profile, 0.3);
     }
 }
+
+#[test]
+fn a_full_disk_leaves_whole_records_only() {
+    let plain = output(command(&program(), &["distinct", "1"], &[], &[]));
+    for frequency in FREQUENCIES {
+        let dir = scratch_dir(&format!("fds-fulldisk-{frequency}"));
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=16k", "tmpfs"])
+            .arg(&dir)
+            .status();
+        if !mounted.is_ok_and(|s| s.success()) {
+            eprintln!("skipped: mounting a small tmpfs needs root (CI runs as root)");
+            return;
+        }
+        let profile = dir.join("p.prof");
+        let out = output(command(
+            &program(),
+            &["distinct", "1"],
+            &profiled(&profile, frequency),
+            &[],
+        ));
+        let bytes = std::fs::read(&profile).unwrap();
+        let _ = Command::new("umount").arg(&dir).status();
+        let what = format!("full disk at {frequency} Hz");
+        same_behaviour(&what, &plain, &out);
+        assert_whole_records(&what, &bytes);
+        // 4000 samples over 4096 chains need more than 16 KiB.
+        if *frequency == "4000" || Profile::parse(&bytes).is_err() {
+            assert_loss_reported(&what, &out, "No space left on device");
+        }
+    }
+}

@@ -14,6 +14,15 @@
 //! The check is a `fstat` and the use a separate call, so a program that swaps the number in
 //! between those two calls still wins; it narrows the window from "the rest of the run" to a
 //! few hundred nanoseconds.
+//!
+//! For other descriptors (perf events, the HTTP listener): [`GuardedFd::adopt`] right after
+//! creating one. All perf event descriptors share one anonymous inode, so the check tells a
+//! perf event from the program's file but not one event from another. Code in signal context
+//! cannot lock or format: it can keep the number and [`GuardedFd::recorded_identity`] in
+//! atomics and compare them with [`identity`], which only calls `fstat` (as the
+//! CPUPROFILESIGNAL handler does). If nothing is free between the floor and the limit (one
+//! perf event per thread in a process with thousands of threads), `adopt` keeps the original
+//! number, still guarded.
 
 use std::io;
 use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd, RawFd};
