@@ -187,6 +187,7 @@ impl Session {
         };
         drop(unpublished);
         sampler::set_dwarf(None);
+        crate::sys::procfs::close();
         let stats = &self.state.table.stats;
         let (interrupts, evictions, lost) = (
             self.state.interrupts.load(Ordering::Relaxed),

@@ -4,7 +4,8 @@
 //! loaded or a new thread's stack must be found. Opening them each time made a transient
 //! descriptor at the lowest free number, so an `open` in the program running at that moment
 //! got a higher number than POSIX promises (500 of 1.55 M in one server). Each file is opened
-//! once per process, moved to a high number ([`GuardedFd`]), and re-read from offset 0:
+//! once per session (closed at stop by [`close`], so a program that profiled once does not keep
+//! them), moved to a high number ([`GuardedFd`]), and re-read from offset 0:
 //! `pread` for the maps (seq_file restarts the listing at offset 0), `lseek` + `getdents64`
 //! for the task directory. A descriptor the program took over is abandoned with a message and
 //! the file reopened (one transient descriptor, once).
@@ -45,6 +46,12 @@ fn with_cached<R>(slot: &Mutex<Option<Cached>>, path: &str, read: impl FnOnce(Ra
         *slot = Some(Cached { fd, pid });
     }
     slot.as_ref().map(|c| read(c.fd.raw()))
+}
+
+/// Closes both descriptors (those still ours); the next read opens them again.
+pub fn close() {
+    drop(MAPS.lock().take());
+    drop(TASK.lock().take());
 }
 
 /// The text of `/proc/self/maps` (empty if it cannot be read).
