@@ -6,6 +6,8 @@
 //! * [`unwind`]: stack walking that cannot fault;
 //! * [`sampler`]: timers and the signal handler (the only code run in signal context);
 //! * [`session`]: start, flush, stop, the writer thread, options and environment variables;
+//! * [`sys`]: cpuprof's own threads (which block every signal) and descriptors (kept at high
+//!   numbers, checked before each use);
 //! * front ends: [`Profiler`] here, the on-demand [`http`] endpoint, the C ABI in `cdylib/`,
 //!   the `cpuprof` CLI in `cli/`.
 
@@ -17,6 +19,7 @@ mod profiler;
 pub mod sampler;
 pub mod session;
 mod sync;
+pub mod sys;
 pub mod table;
 pub mod unwind;
 

@@ -5,9 +5,10 @@ use std::io::{self, Write};
 
 /// Streams a profile: the header on creation, then records, then trailer and maps on `finish`.
 ///
-/// Records are encoded into an internal buffer and handed to the sink one whole record at a
-/// time, so a reader of a file cut short by a crash sees only complete records (modulo a
-/// partial `write` on a full disk, which the reader's lenient mode tolerates).
+/// Records are encoded into an internal buffer and handed to the sink one whole record per
+/// `write_all` (one `write` call for sinks that take all of it), so a reader of a file cut
+/// short by a crash sees only complete records, and a sink can cut a refused write back to a
+/// record boundary.
 pub struct ProfileWriter<W: Write> {
     sink: W,
     format: SlotFormat,
@@ -53,13 +54,24 @@ impl<W: Write> ProfileWriter<W> {
 
     /// Writes the trailer and the maps text, flushes, and returns the sink.
     pub fn finish(mut self, maps_text: &[u8]) -> io::Result<W> {
+        self.write_trailer(maps_text)?;
+        Ok(self.sink)
+    }
+
+    /// Writes the trailer and the maps text (handed to the sink as one write) and flushes,
+    /// keeping the sink for its owner to close (see [`into_inner`](Self::into_inner)).
+    pub fn write_trailer(&mut self, maps_text: &[u8]) -> io::Result<()> {
         for slot in TRAILER {
             self.format.put(slot, &mut self.scratch);
         }
         self.scratch.extend_from_slice(maps_text);
         self.emit()?;
-        self.sink.flush()?;
-        Ok(self.sink)
+        self.sink.flush()
+    }
+
+    /// The sink, whatever state the profile is in.
+    pub fn into_inner(self) -> W {
+        self.sink
     }
 
     /// Flushes the sink so that every record written so far reaches the file.

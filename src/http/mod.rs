@@ -55,8 +55,8 @@ pub fn serve(address: &str) -> io::Result<SocketAddr> {
     let identity = identity(listener.as_raw_fd()).ok_or_else(io::Error::last_os_error)?;
     // Non-blocking, so that an `accept` never waits on whatever the number may come to hold.
     listener.set_nonblocking(true)?;
-    std::thread::Builder::new().name("cpuprof-http".into()).spawn(move || {
-        block_all_signals();
+    let builder = std::thread::Builder::new().name("cpuprof-http".into());
+    crate::sys::thread::spawn_signal_free(builder, move || {
         listen(listener, identity);
     })?;
     Ok(bound)
@@ -146,23 +146,22 @@ fn accept(conn: TcpStream) {
             .write_to(&mut Deadline::after(&conn, Duration::from_secs(1)));
         return;
     }
-    let spawned = std::thread::Builder::new()
+    let builder = std::thread::Builder::new()
         .name("cpuprof-http-conn".into())
         // Not smaller than the default: compressing the protobuf (miniz_oxide) uses a few
         // hundred KiB of stack in unoptimised builds.
-        .stack_size(2 * 1024 * 1024)
-        .spawn(move || {
-            block_all_signals();
-            let response = match request::read_request(&mut Deadline::after(&conn, REQUEST_TIMEOUT)) {
-                Ok(req) => endpoints::handle(&req, &|wait| client_hung_up(&conn, wait)),
-                Err(refusal) => refusal,
-            };
-            let _ = response.write_to(&mut Deadline::after(&conn, RESPONSE_TIMEOUT));
-            if let Ok(stream) = conn.stream() {
-                let _ = stream.shutdown(std::net::Shutdown::Both);
-            }
-            OPEN_CONNECTIONS.fetch_sub(1, Ordering::AcqRel);
-        });
+        .stack_size(2 * 1024 * 1024);
+    let spawned = crate::sys::thread::spawn_signal_free(builder, move || {
+        let response = match request::read_request(&mut Deadline::after(&conn, REQUEST_TIMEOUT)) {
+            Ok(req) => endpoints::handle(&req, &|wait| client_hung_up(&conn, wait)),
+            Err(refusal) => refusal,
+        };
+        let _ = response.write_to(&mut Deadline::after(&conn, RESPONSE_TIMEOUT));
+        if let Ok(stream) = conn.stream() {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+        OPEN_CONNECTIONS.fetch_sub(1, Ordering::AcqRel);
+    });
     if spawned.is_err() {
         OPEN_CONNECTIONS.fetch_sub(1, Ordering::AcqRel);
     }
@@ -297,15 +296,6 @@ fn client_hung_up(conn: &Connection, wait: Duration) -> bool {
                 return false;
             }
         }
-    }
-}
-
-fn block_all_signals() {
-    // SAFETY: fills a local signal set and applies it to the calling thread only.
-    unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
     }
 }
 

@@ -10,10 +10,11 @@
 //!
 //! Each event costs a descriptor inside someone else's process, so they are kept out of its way:
 //! * **Budget.** Events live only at numbers above `FD_SETSIZE` (so no `select()` user sees its
-//!   own descriptors pushed past 1024) at the top of the `RLIMIT_NOFILE` soft limit, where the
-//!   lowest-free-number rule reaches last, and there are at most a quarter of the numbers above
-//!   `FD_SETSIZE` (and at most [`MAX_BUDGET`]). Under `ulimit -n 1024` the budget is zero: the
-//!   registry gives threads POSIX CPU timers instead ([`super::thread_timers`]).
+//!   own descriptors pushed past 1024), just below cpuprof's other descriptors near the top of
+//!   the `RLIMIT_NOFILE` soft limit (at most 8192), where the lowest-free-number rule reaches
+//!   last, and there are at most a quarter of the numbers between `FD_SETSIZE` and there (and at
+//!   most [`MAX_BUDGET`]). Under `ulimit -n 1024` the budget is zero: the registry gives threads
+//!   POSIX CPU timers instead ([`super::thread_timers`]).
 //! * **Identity.** The program may close our descriptor (`close_range`, a daemon closing every
 //!   fd) and reuse its number. Every use — the handler's `read`, `ioctl`s, `close` — first asks
 //!   the descriptor for its event id (`PERF_EVENT_IOC_ID`, which fails on anything that is not a
@@ -44,29 +45,22 @@ static ACCOUNTED: [AtomicU64; MAX_BUDGET] = [const { AtomicU64::new(0) }; MAX_BU
 /// The sampling period of the events, in nanoseconds.
 static PERIOD_NS: AtomicU64 = AtomicU64::new(0);
 
-/// Sets the descriptor budget from the current `RLIMIT_NOFILE` soft limit; returns its size.
+/// Sets the descriptor budget below cpuprof's own descriptors ([`crate::sys::fd::high_floor`],
+/// under the `RLIMIT_NOFILE` soft limit and at most 8192, so the kernel's descriptor table, which
+/// `fork` copies, stays small); returns its size.
 pub fn set_budget() -> usize {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into `limit`.
-    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
-        limit.rlim_cur
-    } else {
-        0
-    };
-    let (base, budget) = budget_for(soft);
+    let (base, budget) = budget_below(crate::sys::fd::high_floor());
     BASE.store(base, Ordering::Relaxed);
     BUDGET.store(budget, Ordering::Relaxed);
     budget
 }
 
-/// `(first number, count)` of the descriptors perf events may use under a soft limit `soft`.
-fn budget_for(soft: u64) -> (c_int, usize) {
-    let above_select = soft.saturating_sub(FD_SETSIZE).min(c_int::MAX as u64);
-    let budget = (above_select / 4).min(MAX_BUDGET as u64);
-    ((soft.min(c_int::MAX as u64) - budget) as c_int, budget as usize)
+/// `(first number, count)` of the descriptors perf events may use below `top`: a quarter of the
+/// numbers between `FD_SETSIZE` and `top`, at most [`MAX_BUDGET`].
+fn budget_below(top: c_int) -> (c_int, usize) {
+    let top = top.max(0);
+    let budget = ((top as u64).saturating_sub(FD_SETSIZE) / 4).min(MAX_BUDGET as u64);
+    (top - budget as c_int, budget as usize)
 }
 
 /// How many perf descriptors may be held at once.
@@ -289,12 +283,12 @@ mod tests {
     }
 
     #[test]
-    fn the_budget_stays_above_fd_setsize_at_the_top_of_the_limit() {
-        assert_eq!(budget_for(1024), (1024, 0), "ulimit -n 1024: no perf descriptors");
-        assert_eq!(budget_for(0), (0, 0));
-        assert_eq!(budget_for(2048), (2048 - 256, 256));
-        assert_eq!(budget_for(1 << 20), ((1 << 20) - 1024, 1024));
-        assert_eq!(budget_for(u64::MAX).1, 1024);
+    fn the_budget_stays_above_fd_setsize_below_cpuprofs_own_descriptors() {
+        // Under `ulimit -n 1024` cpuprof's own descriptors start at 960: no perf descriptors.
+        assert_eq!(budget_below(960), (960, 0));
+        assert_eq!(budget_below(0), (0, 0));
+        assert_eq!(budget_below(2048 - 64), (1984 - 240, 240));
+        assert_eq!(budget_below(8192 - 64), (8128 - 1024, 1024));
     }
 
     #[test]

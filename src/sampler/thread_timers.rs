@@ -130,7 +130,7 @@ pub fn start(kind: ThreadTimerKind, signal: c_int, period_ns: u64, excluded: Vec
     if kind == ThreadTimerKind::Perf {
         perf_event::set_budget();
     }
-    let tids = current_tids();
+    let tids = crate::sys::procfs::self_tids().unwrap_or_default();
     for &tid in &tids {
         timers.arm_thread(tid, None);
     }
@@ -192,7 +192,10 @@ pub fn on_thread_start(start_routine: Option<usize>) {
 /// Arms threads that appeared and disarms threads that are gone; re-arms threads whose perf
 /// descriptor the program took. Run by the writer thread.
 pub fn sync_with_tasks() {
-    let tids = current_tids();
+    // Unreadable (out of descriptors): keep every timer until the next poll.
+    let Some(tids) = crate::sys::procfs::self_tids() else {
+        return;
+    };
     if let Some(t) = running(&mut TIMERS.lock()) {
         let gone: Vec<libc::pid_t> = t.armed.keys().filter(|tid| !tids.contains(tid)).copied().collect();
         for tid in gone {
@@ -418,12 +421,6 @@ pub(super) fn random_below(n: u64) -> u64 {
 /// be sampled at the same point each time and its functions' shares come out wrong).
 pub(super) fn jittered(period_ns: u64) -> u64 {
     period_ns / 2 + random_below(period_ns)
-}
-
-fn current_tids() -> Vec<libc::pid_t> {
-    std::fs::read_dir("/proc/self/task")
-        .map(|dir| dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
-        .unwrap_or_default()
 }
 
 pub fn gettid() -> libc::pid_t {

@@ -4,9 +4,11 @@
 
 use super::{global, Options};
 use crate::sampler::signals;
+use crate::sys::fd::{identity, GuardedFd};
 use std::ffi::{c_int, c_void};
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 
 /// Where the profile goes, if the environment asks for one. `None` when `CPUPROFILE` is unset
 /// or empty, and in setuid/setgid programs, which must not write files an unprivileged user
@@ -36,11 +38,15 @@ pub fn start_from_environment() {
     let Some(path) = profile_path_from_env(var, is_privileged()) else {
         return;
     };
+    // Read before the environment is changed below: bash replaces getenv/setenv with its own,
+    // and once its setenv has run, its getenv finds none of the variables not yet imported
+    // (every CPUPROFILE_* option was ignored in bash).
+    let options = Options::from_env(var);
+    let toggle = var("CPUPROFILESIGNAL");
     // Programs this one execs inherit the environment (and LD_PRELOAD): they must write their
     // own `_<pid>` file rather than truncate ours.
     std::env::set_var("CPUPROFILE_USE_PID", "1");
-    let options = Options::from_env(var);
-    match var("CPUPROFILESIGNAL") {
+    match toggle {
         Some(sig) => match sig.trim().parse::<c_int>() {
             Ok(signal) => arm_toggle_signal(signal, path, options),
             Err(_) => eprintln!("cpuprof: CPUPROFILESIGNAL={sig:?} is not a signal number; not profiling"),
@@ -61,57 +67,95 @@ pub fn stop_at_exit() {
     }
 }
 
-/// Write end of the pipe from the toggle signal handler to the toggle thread.
+/// Write end of the pipe from the toggle signal handler to the toggle thread, and its
+/// identity: the handler writes only while the number still refers to our pipe.
 static TOGGLE_PIPE: AtomicI32 = AtomicI32::new(-1);
+static TOGGLE_DEV: AtomicU64 = AtomicU64::new(0);
+static TOGGLE_INO: AtomicU64 = AtomicU64::new(0);
 
 /// Each delivery of `signal` toggles profiling; the n-th profile goes to `path.n`. Start and
 /// stop happen on a dedicated thread, never in the handler, which only writes one byte.
 fn arm_toggle_signal(signal: c_int, path: PathBuf, options: Options) {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills the two descriptors.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+    let Some((read_end, write_end)) = toggle_pipe() else {
         eprintln!(
             "cpuprof: cannot create the CPUPROFILESIGNAL pipe: {}",
             std::io::Error::last_os_error()
         );
         return;
-    }
-    TOGGLE_PIPE.store(fds[1], Ordering::Release);
+    };
+    let (dev, ino) = write_end.recorded_identity();
+    TOGGLE_DEV.store(dev, Ordering::Relaxed);
+    TOGGLE_INO.store(ino, Ordering::Relaxed);
+    TOGGLE_PIPE.store(write_end.raw(), Ordering::Release);
+    // The handler may write to it for the rest of the process's life.
+    write_end.abandon();
     if let Err(e) = signals::install(signal, on_toggle_signal) {
         eprintln!("cpuprof: CPUPROFILESIGNAL: {e}; not profiling");
         return;
     }
-    let spawned = std::thread::Builder::new()
-        .name("cpuprof-toggle".into())
-        .spawn(move || {
-            signals::block_in_current_thread(options.clock.signal());
-            let mut next = 0u64;
-            let mut byte = 0u8;
-            // SAFETY: reads one byte into a local from our own pipe.
-            while unsafe { libc::read(fds[0], &mut byte as *mut u8 as *mut c_void, 1) } == 1 {
-                if global::info().is_some() {
-                    stop_at_exit();
-                } else {
-                    let file = PathBuf::from(format!("{}.{}", path.display(), next));
-                    next += 1;
-                    if let Err(e) = global::start(&file, options.clone()) {
-                        eprintln!("cpuprof: {e}");
-                    }
+    let builder = std::thread::Builder::new().name("cpuprof-toggle".into());
+    let spawned = crate::sys::thread::spawn_signal_free(builder, move || {
+        let mut next = 0u64;
+        let mut byte = 0u8;
+        loop {
+            if !read_end.is_still_ours() {
+                eprintln!(
+                    "cpuprof: CPUPROFILESIGNAL: {}; the signal no longer toggles profiling",
+                    read_end.taken_error()
+                );
+                read_end.abandon();
+                return;
+            }
+            // SAFETY: reads one byte into a local from our own (just checked) pipe.
+            match unsafe { libc::read(read_end.raw(), &mut byte as *mut u8 as *mut c_void, 1) } {
+                1 => {}
+                n if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => continue,
+                _ => {
+                    // End of file: the program closed the write end (close_range and the like).
+                    eprintln!("cpuprof: CPUPROFILESIGNAL: the program closed cpuprof's pipe; the signal no longer toggles profiling");
+                    return;
                 }
             }
-        });
+            if global::info().is_some() {
+                stop_at_exit();
+            } else {
+                let file = PathBuf::from(format!("{}.{}", path.display(), next));
+                next += 1;
+                if let Err(e) = global::start(&file, options.clone()) {
+                    eprintln!("cpuprof: {e}");
+                }
+            }
+        }
+    });
     if let Err(e) = spawned {
         eprintln!("cpuprof: cannot start the CPUPROFILESIGNAL thread: {e}");
     }
 }
 
+/// The toggle pipe's (read, write) ends, at high numbers.
+fn toggle_pipe() -> Option<(GuardedFd, GuardedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills the two descriptors, which are ours.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return None;
+    }
+    // SAFETY: both were just created by pipe2 and are owned by nothing else.
+    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    Some((
+        GuardedFd::adopt(r, "the CPUPROFILESIGNAL pipe").ok()?,
+        GuardedFd::adopt(w, "the CPUPROFILESIGNAL pipe").ok()?,
+    ))
+}
+
 unsafe extern "C" fn on_toggle_signal(_sig: c_int, _info: *mut libc::siginfo_t, _uc: *mut c_void) {
-    // SAFETY: write(2) is async-signal-safe; errno is restored for the interrupted code.
+    // SAFETY: fstat (in `identity`) and write(2) are async-signal-safe; errno is restored for
+    // the interrupted code.
     unsafe {
         let errno = libc::__errno_location();
         let saved = *errno;
         let fd = TOGGLE_PIPE.load(Ordering::Acquire);
-        if fd >= 0 {
+        let ours = (TOGGLE_DEV.load(Ordering::Relaxed), TOGGLE_INO.load(Ordering::Relaxed));
+        if fd >= 0 && identity(fd) == Some(ours) {
             libc::write(fd, b"t".as_ptr() as *const c_void, 1);
         }
         *errno = saved;

@@ -7,16 +7,16 @@ pub mod autostart;
 pub mod global;
 mod mappings;
 pub mod options;
+mod profile_file;
 mod timing;
 mod writer;
 
 use crate::error::Error;
 use crate::format::{ProfileWriter, SlotFormat};
 use crate::sampler::{self, SampleSource, SamplerState};
+use crate::sys::procfs::read_self_maps;
 pub use options::Options;
-use std::fs::File;
-use std::io::BufWriter;
-use std::os::unix::fs::OpenOptionsExt;
+use profile_file::ProfileFile;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -27,7 +27,7 @@ use writer::WriterControl;
 /// The profile file being written, the first error writing it hit, and the code mappings
 /// seen while profiling.
 pub struct OutputFile {
-    writer: ProfileWriter<BufWriter<File>>,
+    writer: ProfileWriter<ProfileFile>,
     error: Option<std::io::Error>,
     mappings: mappings::SeenMappings,
 }
@@ -56,6 +56,15 @@ impl Report {
             self.interrupts, self.evictions, self.bytes, self.lost
         )
     }
+
+    /// The summary line of a profile whose file is not whole (write error, descriptor taken
+    /// over, file deleted): `bytes` is what the file holds, and the line says it is incomplete.
+    pub fn incomplete_summary_line(&self) -> String {
+        format!(
+            "PROFILE: interrupts/evictions/bytes = {}/{}/{} (lost samples: {}; INCOMPLETE: the file does not hold the whole profile)",
+            self.interrupts, self.evictions, self.bytes, self.lost
+        )
+    }
 }
 
 pub struct Session {
@@ -65,7 +74,7 @@ pub struct Session {
     options: Options,
     state: Arc<SamplerState>,
     control: Arc<WriterControl>,
-    writer: Option<JoinHandle<OutputFile>>,
+    writer: Option<JoinHandle<writer::Finished>>,
     source: SampleSource,
 }
 
@@ -73,30 +82,16 @@ impl Session {
     /// Creates the file, writes the header, and starts sampling.
     pub fn start(path: &Path, options: Options) -> Result<Session, Error> {
         let (source, signal) = timing::choose(&options)?;
-        // O_NOFOLLOW: a symbolic link planted at the profile's path must not redirect the
-        // write (and the truncation) to another file.
-        let file = File::options()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(path)
-            .map_err(|source| Error::Open {
-                path: path.to_path_buf(),
-                source: match source.raw_os_error() {
-                    Some(libc::ELOOP) => std::io::Error::other("it is a symbolic link, which cpuprof does not follow"),
-                    _ => source,
-                },
-            })?;
-        let writer = ProfileWriter::new(
-            BufWriter::with_capacity(1 << 16, file),
-            SlotFormat::NATIVE,
-            options.period_us(),
-        )
-        .map_err(|source| Error::Open {
+        // Not followed if a symbolic link, never blocking, regular files and /dev/null only.
+        let file = ProfileFile::create(path).map_err(|source| Error::Open {
             path: path.to_path_buf(),
             source,
         })?;
+        let writer =
+            ProfileWriter::new(file, SlotFormat::NATIVE, options.period_us()).map_err(|source| Error::Open {
+                path: path.to_path_buf(),
+                source,
+            })?;
         let state = Arc::new(SamplerState::new(
             options.table,
             options.filter,
@@ -110,20 +105,22 @@ impl Session {
         let writer_thread = {
             let (state, control) = (state.clone(), control.clone());
             let mut mappings = mappings::SeenMappings::default();
-            mappings.record(&std::fs::read("/proc/self/maps").unwrap_or_default());
+            mappings.record(&read_self_maps());
             let out = OutputFile {
                 writer,
                 error: None,
                 mappings,
             };
             let (tid_tx, tid_rx) = std::sync::mpsc::channel();
-            let thread = std::thread::Builder::new()
-                .name("cpuprof-writer".into())
-                .spawn(move || {
-                    let _ = tid_tx.send(sampler::thread_timers::gettid());
-                    writer::run(state, out, control, signal, source)
-                })
-                .map_err(Error::Spawn)?;
+            // Every signal blocked: the program's signals go to its own threads, and SIGXFSZ
+            // from a profile reaching RLIMIT_FSIZE becomes EFBIG here (all writes happen on
+            // this thread, the final ones included).
+            let builder = std::thread::Builder::new().name("cpuprof-writer".into());
+            let thread = crate::sys::thread::spawn_signal_free(builder, move || {
+                let _ = tid_tx.send(sampler::thread_timers::gettid());
+                writer::run(state, out, control, signal, source)
+            })
+            .map_err(Error::Spawn)?;
             (thread, tid_rx.recv().ok())
         };
         let (writer_thread, writer_tid) = writer_thread;
@@ -179,46 +176,39 @@ impl Session {
             // No handler can still re-arm these fds; otherwise they are leaked, never reused.
             sampler::thread_timers::close(stopped.perf_fds);
         }
+        // The writer thread collects what is left (with the state unpublished no handler adds
+        // samples; if a handler was stuck, the state stays leaked and it still writes what it
+        // can see), writes the trailer and maps, and closes the file.
         self.control.request_stop();
-        let Some(Ok(mut out)) = self.writer.take().map(JoinHandle::join) else {
+        let Some(Ok(finished)) = self.writer.take().map(JoinHandle::join) else {
             let source = std::io::Error::other("the profile writer thread failed");
             return Err(Error::Write {
                 path: self.path.clone(),
                 source,
             });
         };
-        // With the state unpublished no handler adds samples; collect what is left. If a
-        // handler was stuck, the state stays leaked and we still write what we can see.
-        out.write_pending(&self.state, true);
         drop(unpublished);
         sampler::set_dwarf(None);
+        crate::sys::procfs::close();
         let stats = &self.state.table.stats;
         let (interrupts, evictions, lost) = (
             self.state.interrupts.load(Ordering::Relaxed),
             stats.evictions.load(Ordering::Relaxed),
             stats.lost.load(Ordering::Relaxed),
         );
-        let OutputFile {
-            writer,
-            error,
-            mappings,
-        } = out;
-        let maps = mappings.complete(&std::fs::read("/proc/self/maps").unwrap_or_default());
-        let bytes = writer.bytes_written() + 3 * SlotFormat::NATIVE.size as u64 + maps.len() as u64;
-        let result = match error {
-            Some(e) => Err(e),
-            None => writer.finish(&maps).map(drop),
-        };
         let report = Report {
             path: self.path.clone(),
             interrupts,
             evictions,
-            bytes,
+            bytes: finished.bytes,
             lost,
             unsampled_threads: stopped.unsampled_threads,
         };
         if self.options.report_on_stderr {
-            eprintln!("{}", report.summary_line());
+            match finished.result {
+                Ok(()) => eprintln!("{}", report.summary_line()),
+                Err(_) => eprintln!("{}", report.incomplete_summary_line()),
+            }
             if report.unsampled_threads > 0 {
                 eprintln!(
                     "cpuprof: {} threads were not sampled: no timer could be created for them (see the messages above)",
@@ -226,7 +216,7 @@ impl Session {
                 );
             }
         }
-        result.map(|()| report).map_err(|source| Error::Write {
+        finished.result.map(|()| report).map_err(|source| Error::Write {
             path: self.path.clone(),
             source,
         })

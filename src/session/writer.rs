@@ -15,8 +15,9 @@
 
 use super::timing;
 use super::OutputFile;
-use crate::sampler::{self, signals, SampleSource, SamplerState};
+use crate::sampler::{self, SampleSource, SamplerState};
 use crate::sync::{Condvar, Mutex};
+use crate::sys::procfs::read_self_maps;
 use crate::unwind::dwarf::loaded_objects_generation;
 use crate::unwind::THREAD_STACKS;
 use std::io;
@@ -62,15 +63,21 @@ impl WriterControl {
     }
 }
 
-/// Moves samples to `out` until asked to stop; returns the output for the final write.
+/// How the profile ended: the bytes in the file, and whether it holds the whole profile.
+pub struct Finished {
+    pub bytes: u64,
+    pub result: io::Result<()>,
+}
+
+/// Moves samples to `out` until asked to stop, then writes what is left, the trailer and the
+/// maps, and closes the file.
 pub fn run(
     state: Arc<SamplerState>,
     mut out: OutputFile,
     control: Arc<WriterControl>,
     profiling_signal: i32,
     source: SampleSource,
-) -> OutputFile {
-    signals::block_in_current_thread(profiling_signal);
+) -> Finished {
     let mut harvest_interval = FIRST_HARVEST;
     let mut next_harvest = Instant::now() + harvest_interval;
     let mut objects_seen = loaded_objects_generation();
@@ -86,7 +93,8 @@ pub fn run(
             (s.stop, s.flush_requested)
         };
         if stop {
-            return out;
+            out.write_pending(&state, true);
+            return out.finish();
         }
         if !taken_over && timing::taken_over(profiling_signal) {
             taken_over = true;
@@ -97,8 +105,7 @@ pub fn run(
         let generation = loaded_objects_generation();
         if generation != objects_seen {
             objects_seen = generation;
-            out.mappings
-                .record(&std::fs::read("/proc/self/maps").unwrap_or_default());
+            out.mappings.record(&read_self_maps());
             sampler::refresh_dwarf();
         }
         let due = Instant::now() >= next_harvest;
@@ -131,6 +138,26 @@ fn next_tick(tick: Duration, drained: usize, elapsed: Duration, capacity_slots: 
 }
 
 impl OutputFile {
+    /// Writes the trailer and the maps (unless an error came first) and closes the file.
+    fn finish(self) -> Finished {
+        let OutputFile {
+            mut writer,
+            error,
+            mappings,
+        } = self;
+        let written = match error {
+            Some(e) => Err(e),
+            None => writer.write_trailer(&mappings.complete(&read_self_maps())),
+        };
+        let file = writer.into_inner();
+        let bytes = file.bytes_in_file();
+        let closed = file.close();
+        Finished {
+            bytes,
+            result: written.and(closed),
+        }
+    }
+
     /// Writes evicted records and, when `harvest`, the table's counts, then flushes to the
     /// file; returns the ring slots drained. After a write error nothing more is written (a
     /// partial record would corrupt the file); the error is kept for `stop` to report.

@@ -107,8 +107,7 @@ impl ThreadStacks {
                 continue;
             }
             if !unresolved.iter().any(|&(t, _)| t == tp) {
-                let maps =
-                    maps.get_or_insert_with(|| Maps::parse(&std::fs::read("/proc/self/maps").unwrap_or_default()));
+                let maps = maps.get_or_insert_with(|| Maps::parse(&crate::sys::procfs::read_self_maps()));
                 match vouchable_range(maps, tp, sp) {
                     Some((lo, hi)) => self.insert(tp, lo, hi),
                     None => unresolved.push((tp, Instant::now())),
@@ -122,7 +121,7 @@ impl ThreadStacks {
     /// Records the current thread's stack directly (used when a thread registers itself).
     pub fn register_current_thread(&self) {
         let sp = current_sp();
-        let maps = Maps::parse(&std::fs::read("/proc/self/maps").unwrap_or_default());
+        let maps = Maps::parse(&crate::sys::procfs::read_self_maps());
         if let Some((lo, hi)) = vouchable_range(&maps, thread_pointer(), sp) {
             let _guard = self.unresolved.lock();
             self.insert(thread_pointer(), lo, hi);

@@ -1,0 +1,255 @@
+//! The profile file: opened without blocking or following links, kept at a high descriptor
+//! number, checked to still be ours before every write, and never left ending mid-record.
+//!
+//! Only the writer thread writes it (it blocks every signal, SIGXFSZ included, so a file that
+//! reaches `RLIMIT_FSIZE` gives `EFBIG` there instead of killing the program). Writes are
+//! buffered whole records at a time: each `write` call of [`ProfileWriter`] hands over one
+//! whole record (or the header, or trailer and maps), and the buffer remembers where each
+//! ends. When the file system refuses part of a buffer (full disk, `EFBIG`), the file is cut
+//! back to the last whole record, so readers see whole records only, and nothing more is
+//! written.
+//!
+//! [`ProfileWriter`]: crate::format::ProfileWriter
+
+use crate::sys::fd::GuardedFd;
+use std::ffi::CString;
+use std::io::{self, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// Bytes buffered before they are written.
+const BUFFER: usize = 1 << 16;
+
+pub struct ProfileFile {
+    fd: GuardedFd,
+    path: PathBuf,
+    regular: bool,
+    buffer: Vec<u8>,
+    /// Offsets in `buffer` where a whole record ends.
+    record_ends: Vec<usize>,
+    /// Bytes in the file, all whole records.
+    written: u64,
+    /// Set by the first failure: nothing is written after it.
+    failed: bool,
+}
+
+impl ProfileFile {
+    /// Creates (or truncates) a regular file at `path`, or opens `/dev/null`. Any other kind
+    /// of file is refused: opening never blocks (a FIFO without a reader would wait forever
+    /// before `main`), symbolic links are not followed, and a terminal never becomes the
+    /// controlling one.
+    pub fn create(path: &Path) -> io::Result<ProfileFile> {
+        let c_path = CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "the path contains a NUL byte"))?;
+        let flags =
+            libc::O_WRONLY | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC;
+        // SAFETY: open with a NUL-terminated path; a non-negative result is a descriptor we own.
+        let raw = unsafe { libc::open(c_path.as_ptr(), flags, 0o666 as libc::c_uint) };
+        if raw < 0 {
+            let e = io::Error::last_os_error();
+            return Err(match e.raw_os_error() {
+                Some(libc::ELOOP) => io::Error::other("it is a symbolic link, which cpuprof does not follow"),
+                Some(libc::ENXIO) => io::Error::other(NOT_REGULAR),
+                _ => e,
+            });
+        }
+        // SAFETY: `raw` was just opened by us and is owned by nothing else.
+        let owned = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: fstat fills a local struct.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(raw, &mut st) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let kind = st.st_mode & libc::S_IFMT;
+        let regular = kind == libc::S_IFREG;
+        let dev_null = kind == libc::S_IFCHR && st.st_rdev == libc::makedev(1, 3);
+        if !regular && !dev_null {
+            return Err(io::Error::other(NOT_REGULAR));
+        }
+        if regular {
+            // Truncated only now that it is known to be a regular file; O_TRUNC at open
+            // would have applied to whatever was there.
+            // SAFETY: fcntl/ftruncate on our own descriptor.
+            unsafe {
+                libc::fcntl(raw, libc::F_SETFL, libc::fcntl(raw, libc::F_GETFL) & !libc::O_NONBLOCK);
+                if libc::ftruncate(raw, 0) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+        }
+        let fd = GuardedFd::adopt(owned, format!("the profile '{}'", path.display()))?;
+        Ok(ProfileFile {
+            fd,
+            path: path.to_path_buf(),
+            regular,
+            buffer: Vec::with_capacity(BUFFER),
+            record_ends: Vec::new(),
+            written: 0,
+            failed: false,
+        })
+    }
+
+    /// Bytes in the file, whole records only.
+    pub fn bytes_in_file(&self) -> u64 {
+        self.written
+    }
+
+    /// Closes the file (if it is still ours) after checking that it is still reachable:
+    /// a file whose directory was deleted while profiling has no links left, and its data is
+    /// gone with the last descriptor.
+    pub fn close(self) -> io::Result<()> {
+        if !self.fd.is_still_ours() {
+            let e = self.fd.taken_error();
+            self.fd.abandon();
+            return Err(e);
+        }
+        // SAFETY: fstat fills a local struct for our own descriptor.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        let deleted = unsafe { libc::fstat(self.fd.raw(), &mut st) } == 0 && st.st_nlink == 0;
+        self.fd.close_if_ours();
+        if deleted {
+            return Err(io::Error::other(format!(
+                "'{}' (or its directory) was deleted while profiling; the profile is lost",
+                self.path.display()
+            )));
+        }
+        Ok(())
+    }
+
+    fn write_buffer(&mut self) -> io::Result<()> {
+        if self.failed {
+            return Err(io::Error::other("an earlier write failed"));
+        }
+        let mut done = 0;
+        let result = loop {
+            if done == self.buffer.len() {
+                break Ok(());
+            }
+            if !self.fd.is_still_ours() {
+                break Err(self.fd.taken_error());
+            }
+            let rest = &self.buffer[done..];
+            // SAFETY: writes from a live slice to our own (just checked) descriptor.
+            let n = unsafe { libc::write(self.fd.raw(), rest.as_ptr() as *const libc::c_void, rest.len()) };
+            match n {
+                n if n > 0 => done += n as usize,
+                0 => break Err(io::Error::from(io::ErrorKind::WriteZero)),
+                _ => {
+                    let e = io::Error::last_os_error();
+                    if e.kind() != io::ErrorKind::Interrupted {
+                        break Err(e);
+                    }
+                }
+            }
+        };
+        if let Err(e) = result {
+            self.failed = true;
+            let whole = self
+                .record_ends
+                .iter()
+                .copied()
+                .take_while(|&end| end <= done)
+                .last()
+                .unwrap_or(0);
+            if whole < done && self.regular && self.fd.is_still_ours() {
+                // SAFETY: ftruncate of our own (just checked) descriptor, shrinking only.
+                unsafe { libc::ftruncate(self.fd.raw(), (self.written + whole as u64) as libc::off_t) };
+            }
+            self.written += whole as u64;
+            self.buffer.clear();
+            self.record_ends.clear();
+            return Err(e);
+        }
+        self.written += done as u64;
+        self.buffer.clear();
+        self.record_ends.clear();
+        Ok(())
+    }
+}
+
+const NOT_REGULAR: &str =
+    "it is not a regular file (a FIFO, socket or device); cpuprof writes profiles only to regular files or /dev/null";
+
+impl Write for ProfileFile {
+    /// Takes all of `buf`, which must be one whole record (see the module's comment).
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.failed {
+            return Err(io::Error::other("an earlier write failed"));
+        }
+        self.buffer.extend_from_slice(buf);
+        self.record_ends.push(self.buffer.len());
+        if self.buffer.len() >= BUFFER {
+            self.write_buffer()?;
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.write_buffer()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("cpuprof-profile-file-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_blocking_and_dev_null_is_accepted() {
+        let dir = scratch("fifo");
+        let fifo = dir.join("fifo");
+        let c = CString::new(fifo.as_os_str().as_bytes()).unwrap();
+        // SAFETY: mkfifo with a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = ProfileFile::create(&fifo).err().unwrap();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        // With a reader the open succeeds, and the check after it refuses.
+        let _reader = std::fs::File::options()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo)
+            .unwrap();
+        let e = ProfileFile::create(&fifo).err().unwrap();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        let mut null = ProfileFile::create(Path::new("/dev/null")).unwrap();
+        null.write_all(b"record").unwrap();
+        null.flush().unwrap();
+        null.close().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_stolen_descriptor_is_not_written_and_a_deleted_file_is_reported() {
+        let dir = scratch("stolen");
+        let mut file = ProfileFile::create(&dir.join("p")).unwrap();
+        let theirs = std::fs::File::create(dir.join("theirs")).unwrap();
+        // SAFETY: dup2 over the profile's number, as a program recycling descriptors does.
+        unsafe { libc::dup2(theirs.as_raw_fd(), file.fd.raw()) };
+        file.write_all(b"record").unwrap();
+        let e = file.flush().unwrap_err();
+        assert!(e.to_string().contains("replaced by the program"), "{e}");
+        assert_eq!(std::fs::read(dir.join("theirs")).unwrap(), b"");
+        let taken = file.fd.raw();
+        assert!(file.close().is_err());
+        assert!(
+            crate::sys::fd::identity(taken).is_some(),
+            "the program's descriptor stays open"
+        );
+        // SAFETY: closes the test's own duplicate.
+        unsafe { libc::close(taken) };
+
+        let file = ProfileFile::create(&dir.join("q")).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let e = file.close().unwrap_err();
+        assert!(e.to_string().contains("deleted while profiling"), "{e}");
+    }
+}

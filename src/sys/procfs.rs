@@ -1,0 +1,151 @@
+//! `/proc/self/maps` and `/proc/self/task`, read through descriptors opened once.
+//!
+//! The writer thread reads `/proc/self/task` every tick and `/proc/self/maps` whenever code is
+//! loaded or a new thread's stack must be found. Opening them each time made a transient
+//! descriptor at the lowest free number, so an `open` in the program running at that moment
+//! got a higher number than POSIX promises (500 of 1.55 M in one server). Each file is opened
+//! once per session (closed at stop by [`close`], so a program that profiled once does not keep
+//! them), moved to a high number ([`GuardedFd`]), and re-read from offset 0:
+//! `pread` for the maps (seq_file restarts the listing at offset 0), `lseek` + `getdents64`
+//! for the task directory. A descriptor the program took over is abandoned with a message and
+//! the file reopened (one transient descriptor, once).
+
+use super::fd::GuardedFd;
+use crate::sync::Mutex;
+use std::os::fd::{OwnedFd, RawFd};
+
+/// A cached descriptor and the process that opened it: after `fork` the child's copy still
+/// names the parent's `/proc/<pid>` files.
+struct Cached {
+    fd: GuardedFd,
+    pid: u32,
+}
+
+static MAPS: Mutex<Option<Cached>> = Mutex::new(None);
+static TASK: Mutex<Option<Cached>> = Mutex::new(None);
+
+/// Runs `read` on the cached descriptor of `path`, opening it first if needed.
+fn with_cached<R>(slot: &Mutex<Option<Cached>>, path: &str, read: impl FnOnce(RawFd) -> R) -> Option<R> {
+    let mut slot = slot.lock();
+    let pid = std::process::id();
+    if let Some(cached) = slot.take() {
+        if cached.pid != pid {
+            // Inherited across fork: the child's copy of the parent's file. Closing the copy
+            // (if still ours) does not affect the parent.
+            drop(cached.fd);
+        } else if !cached.fd.is_still_ours() {
+            eprintln!("cpuprof: {}; reopening {path}", cached.fd.taken_error());
+            cached.fd.abandon();
+        } else {
+            *slot = Some(cached);
+        }
+    }
+    if slot.is_none() {
+        let file = std::fs::File::open(path).ok()?;
+        let fd = GuardedFd::adopt(OwnedFd::from(file), path).ok()?;
+        *slot = Some(Cached { fd, pid });
+    }
+    slot.as_ref().map(|c| read(c.fd.raw()))
+}
+
+/// Closes both descriptors (those still ours); the next read opens them again.
+pub fn close() {
+    drop(MAPS.lock().take());
+    drop(TASK.lock().take());
+}
+
+/// The text of `/proc/self/maps` (empty if it cannot be read).
+pub fn read_self_maps() -> Vec<u8> {
+    with_cached(&MAPS, "/proc/self/maps", |fd| {
+        let mut text: Vec<u8> = Vec::with_capacity(1 << 16);
+        loop {
+            text.reserve(1 << 16);
+            let spare = text.capacity() - text.len();
+            // SAFETY: reads into the vector's spare capacity, then extends its length by what
+            // was read.
+            let n = unsafe {
+                libc::pread(
+                    fd,
+                    text.as_mut_ptr().add(text.len()) as *mut libc::c_void,
+                    spare,
+                    text.len() as libc::off_t,
+                )
+            };
+            match n {
+                0 => break,
+                n if n > 0 => unsafe { text.set_len(text.len() + n as usize) },
+                _ if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) => {}
+                _ => break,
+            }
+        }
+        text
+    })
+    .unwrap_or_default()
+}
+
+/// The ids of the process's threads, or `None` if `/proc/self/task` cannot be read (out of
+/// descriptors, say), which is not the same as no threads.
+pub fn self_tids() -> Option<Vec<libc::pid_t>> {
+    with_cached(&TASK, "/proc/self/task", |fd| {
+        let mut tids = Vec::new();
+        // SAFETY: rewinds our own directory descriptor.
+        if unsafe { libc::lseek(fd, 0, libc::SEEK_SET) } != 0 {
+            return None;
+        }
+        let mut buf = [0u8; 8192];
+        loop {
+            // SAFETY: getdents64 fills the local buffer with at most its length.
+            let n = unsafe { libc::syscall(libc::SYS_getdents64, fd, buf.as_mut_ptr(), buf.len()) };
+            if n < 0 {
+                return None;
+            }
+            if n == 0 {
+                break;
+            }
+            let mut at = 0;
+            // struct linux_dirent64: u64 ino, i64 off, u16 reclen, u8 type, NUL-terminated name.
+            while at + 19 < n as usize {
+                let reclen = u16::from_ne_bytes([buf[at + 16], buf[at + 17]]) as usize;
+                let name = &buf[at + 19..at + reclen];
+                let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+                if let Some(tid) = std::str::from_utf8(name).ok().and_then(|s| s.parse().ok()) {
+                    tids.push(tid);
+                }
+                at += reclen.max(1);
+            }
+        }
+        Some(tids)
+    })
+    .flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_and_tasks_are_reread_through_one_descriptor() {
+        let first = read_self_maps();
+        let fd = MAPS.lock().as_ref().unwrap().fd.raw();
+        let again = read_self_maps();
+        assert_eq!(MAPS.lock().as_ref().unwrap().fd.raw(), fd, "the same descriptor");
+        assert!(first.len() > 100 && again.len() > 100);
+        assert_eq!(first.split(|&b| b == b'\n').next(), again.split(|&b| b == b'\n').next());
+
+        let tids = self_tids().unwrap();
+        assert!(tids.contains(&unsafe { libc::gettid() }), "{tids:?}");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            tx.send(unsafe { libc::gettid() }).unwrap();
+            let _ = done_rx.recv();
+        });
+        let new = rx.recv().unwrap();
+        assert!(
+            self_tids().unwrap().contains(&new),
+            "a new thread is listed after a rewind"
+        );
+        done_tx.send(()).unwrap();
+        t.join().unwrap();
+    }
+}

@@ -1,0 +1,66 @@
+//! Threads of cpuprof's own (the writer, the CPUPROFILESIGNAL toggle thread, the HTTP
+//! endpoint's): none may ever receive a signal.
+//!
+//! A process-directed signal goes to any thread that does not block it. A daemon that blocks
+//! SIGHUP in all of its threads and takes it with `sigwait` or a `signalfd` would otherwise
+//! have it delivered to a cpuprof thread, where the default action kills the process. The mask
+//! must be in place before the thread runs its first instruction, so it is inherited rather
+//! than set by the thread itself.
+
+use std::io;
+use std::thread::{Builder, JoinHandle};
+
+/// Spawns a thread that blocks every signal from its start: the creating thread blocks all
+/// signals, spawns (the new thread inherits the mask), and restores its own mask. Signals
+/// sent to the creator meanwhile stay pending and are delivered at the restore.
+pub fn spawn_signal_free<F, T>(builder: Builder, f: F) -> io::Result<JoinHandle<T>>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    // SAFETY: sigfillset and pthread_sigmask on local sets, for the calling thread only.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut previous: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut previous);
+        let spawned = builder.spawn(f);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut());
+        spawned
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn blocked(signal: libc::c_int) -> bool {
+        // SAFETY: reads the calling thread's mask into a local set.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut set);
+            libc::sigismember(&set, signal) == 1
+        }
+    }
+
+    #[test]
+    fn the_new_thread_blocks_everything_and_the_creator_keeps_its_mask() {
+        let creator_before = blocked(libc::SIGHUP);
+        let child = spawn_signal_free(Builder::new(), || {
+            [
+                libc::SIGHUP,
+                libc::SIGTERM,
+                libc::SIGUSR1,
+                libc::SIGXFSZ,
+                libc::SIGPROF,
+                libc::SIGRTMAX(),
+            ]
+            .into_iter()
+            .all(blocked)
+        })
+        .unwrap();
+        assert!(child.join().unwrap(), "a signal is unblocked in the new thread");
+        assert_eq!(blocked(libc::SIGHUP), creator_before);
+        assert!(!blocked(libc::SIGTERM));
+    }
+}
