@@ -130,8 +130,10 @@ fn opened(out: &str) -> i64 {
 #[test]
 fn a_low_descriptor_limit_is_left_to_the_program() {
     // 40 and 70 idle threads under RLIMIT_NOFILE=64: the program opens as many files as without
-    // the profiler, less the one descriptor the profile itself is written through (gperftools
-    // holds one too). Perf events have no descriptor numbers to spare under this limit.
+    // the profiler, less cpuprof's three own descriptors (the profile, and /proc/self/maps and
+    // /proc/self/task kept open so that re-reading them never takes a low number; gperftools
+    // holds three too), whatever the number of threads. Perf events have no descriptor numbers
+    // to spare under this limit.
     for threads in ["40", "70"] {
         let stderrs = behaves_the_same(
             &["fdlimit", threads],
@@ -139,7 +141,7 @@ fn a_low_descriptor_limit_is_left_to_the_program() {
             &["auto", "perf"],
             |plain, profiled| {
                 plain.split(" opened").next() == profiled.split(" opened").next()
-                    && (opened(plain) - opened(profiled)) <= 1
+                    && (opened(plain) - opened(profiled)) <= 3
             },
         );
         for (what, err) in stderrs.iter().filter(|(w, _)| w.contains("perf")) {
