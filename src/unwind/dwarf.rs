@@ -224,6 +224,7 @@ mod tests {
 
     #[test]
     fn walks_through_std_to_the_thread_entry() {
+        let _fd = crate::unwind::safe_read::for_tests();
         let unwinder = DwarfUnwinder::build();
         let mut out = [0u64; 128];
         let n = walk_from_here(&unwinder, &mut out);

@@ -3,8 +3,8 @@
 //! With frame pointers, `[fp]` is the caller's frame pointer and `[fp + 8]` the return address.
 //! Code built without them uses the register for anything, so every candidate frame is checked:
 //! it must be 8-byte aligned, above the previous one (stacks grow down, so callers live higher),
-//! and inside memory known to be mapped, either the range the thread registry vouches for or
-//! pages just verified by a readability probe.
+//! and readable: every word is read through `StackReader`, which copies memory the thread
+//! registry does not vouch for through the kernel, so it cannot fault even if unmapped meanwhile.
 
 use super::stack_reader::StackReader;
 
@@ -21,7 +21,7 @@ const MAX_FRAME_SPAN: u64 = 64 << 20;
 
 /// Writes the PC and then return addresses into `out`; returns how many were written.
 /// `vouched_top`: memory in `[regs.sp, vouched_top)` is known mapped and readable.
-/// Async-signal-safe: the only system calls are probes of addresses nothing vouches for.
+/// Async-signal-safe: the only system calls are copies of memory nothing vouches for.
 pub fn walk(regs: Registers, vouched_top: Option<u64>, out: &mut [u64]) -> usize {
     if out.is_empty() || regs.pc == 0 {
         return 0;
@@ -69,6 +69,7 @@ mod tests {
 
     #[test]
     fn follows_a_valid_chain_to_its_end() {
+        let _fd = crate::unwind::safe_read::for_tests();
         let mut mem = vec![0u64; 64];
         let regs = chain(&mut mem, 5);
         let mut out = [0u64; 16];
@@ -81,6 +82,7 @@ mod tests {
 
     #[test]
     fn stops_at_garbage_without_faulting() {
+        let _fd = crate::unwind::safe_read::for_tests();
         let mut mem = vec![0u64; 64];
         let regs = chain(&mut mem, 5);
         let mut out = [0u64; 16];
@@ -97,6 +99,7 @@ mod tests {
 
     #[test]
     fn loops_and_downward_links_end_the_walk() {
+        let _fd = crate::unwind::safe_read::for_tests();
         let mut mem = vec![0u64; 64];
         let regs = chain(&mut mem, 5);
         mem[8] = regs.sp; // frame 2 points back to frame 0

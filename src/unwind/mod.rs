@@ -1,9 +1,9 @@
 //! Stack walking for the signal handler: DWARF CFI (framehop) or frame pointers, every stack
-//! read checked against known stack ranges, with readability probes for anything not vouched for.
+//! read checked against known stack ranges, and copied by the kernel where nothing vouches for it.
 
 pub mod dwarf;
 pub mod fp;
-pub mod probe;
+pub mod safe_read;
 mod stack_reader;
 pub mod thread_stacks;
 
