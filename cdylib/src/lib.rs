@@ -3,10 +3,12 @@
 //!
 //! Only the functions below are exported: the profiler.h API, each a thin adapter over
 //! `cpuprof`'s process-wide session (errors go to stderr: the C API cannot return them),
-//! `CpuprofServeHttp` (`include/cpuprof.h`), and `pthread_create`, interposed so that every new
-//! thread gets its sampling timer as it starts. `CPUPROF_HTTP` starts the endpoint at load.
+//! `CpuprofServeHttp` (`include/cpuprof.h`), `pthread_create`, interposed so that every new
+//! thread gets its sampling timer as it starts, and `sigaction`, interposed so that our
+//! signals wait while the program's handlers run on its small alternate signal stacks
+//! (`cpuprof::sampler::signals`). `CPUPROF_HTTP` starts the endpoint at load.
 
-use cpuprof_core::sampler::{thread_timers, ThreadFilter};
+use cpuprof_core::sampler::{signals, thread_timers, ThreadFilter};
 use cpuprof_core::session::{autostart, global, Options};
 use cpuprof_core::unwind::{self, Registers, THREAD_STACKS};
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -32,10 +34,19 @@ pub struct ProfilerState {
 
 #[ctor::ctor(unsafe)]
 fn load() {
+    // Before anything can sample or call ProfilerGetStackTrace: stack memory outside the
+    // threads' own stacks is read through this descriptor. Without /proc, sessions say so.
+    let _ = unwind::safe_read::keep_open();
+    // SAFETY: registers a plain function, run in the child after each fork.
+    unsafe { libc::pthread_atfork(None, None, Some(reopen_in_child)) };
     autostart::start_from_environment();
     cpuprof_core::http::serve_from_env();
     // SAFETY: registers a plain function to run at exit.
     unsafe { libc::atexit(at_exit) };
+}
+
+extern "C" fn reopen_in_child() {
+    unwind::safe_read::reopen_in_child();
 }
 
 extern "C" fn at_exit() {
@@ -141,6 +152,15 @@ pub extern "C" fn ProfilingIsEnabledForAllThreads() -> c_int {
 pub extern "C" fn ProfilerRegisterThread() {
     thread_timers::on_thread_start();
     THREAD_STACKS.register_current_thread();
+}
+
+/// Interposes `sigaction(2)`: see `cpuprof::sampler::signals::application_sigaction`.
+///
+/// # Safety
+/// The arguments of `sigaction(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn sigaction(signal: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
+    signals::application_sigaction(signal, act, old)
 }
 
 type StartRoutine = extern "C" fn(*mut c_void) -> *mut c_void;

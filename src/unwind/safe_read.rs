@@ -24,17 +24,19 @@
 //! on unreadable memory, `EINVAL` otherwise), once per page per walk. A page made `PROT_NONE`
 //! between probe and copy is still copied, harmlessly.
 //!
-//! The descriptor is bound to the address space it was opened in, so it is opened by each
-//! session (`acquire`), in the process that profiles, at a high number (programs expect the
-//! low ones), and remembered with its device and inode: the writer thread checks that the
-//! number still names it (`check`) and opens a new one if the program closed or replaced
-//! it. If the number was taken by another file meanwhile, handlers read that file at stack
+//! The descriptor is opened at a high number (programs expect the low ones) by each session
+//! (`acquire`), and for the life of the process by libcpuprof.so at load (`keep_open`, so that
+//! `ProfilerGetStackTrace` works without a session), and remembered with its device and
+//! inode: the writer thread checks that the number still names it (`check`) and opens a new
+//! one if the program closed or replaced it. It is bound to the address space it was opened
+//! in: a forked child opens its own (`reopen_in_child`, from a `pthread_atfork` handler, or
+//! at its first `acquire`); until then it would read its parent's memory, not its own. If the number was taken by another file meanwhile, handlers read that file at stack
 //! addresses for at most one tick: garbage frames, never a fault, and the program's file
 //! position is untouched (`pread`). Without the descriptor (no `/proc`, or a security module
 //! refusing it) unvouched memory is not read: walks stop there, and `acquire` says why.
 
 use crate::sync::Mutex;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 const PAGE: u64 = 4096;
 
@@ -50,6 +52,9 @@ struct Opened {
 }
 
 static OPENED: Mutex<Option<Opened>> = Mutex::new(None);
+
+/// Whether the descriptor stays open with no session using it (`keep_open`).
+static KEEP_OPEN: AtomicBool = AtomicBool::new(false);
 
 /// Descriptors go at or above this number (half the soft limit, at most 1000).
 fn high_fd() -> i32 {
@@ -116,10 +121,37 @@ pub fn acquire() -> std::io::Result<()> {
     Ok(())
 }
 
+/// Opens the descriptor for good: it stays open when no session uses it. Not for signal
+/// context.
+pub fn keep_open() -> std::io::Result<()> {
+    KEEP_OPEN.store(true, Ordering::SeqCst);
+    let mut opened = OPENED.lock();
+    if opened.as_ref().is_some_and(Opened::is_intact) {
+        return Ok(());
+    }
+    reopen(&mut opened).map(drop)
+}
+
+/// In a forked child (a `pthread_atfork` child handler): replaces the inherited descriptor,
+/// which reads the parent's memory, with one of the child's own. Without the lock (a parent
+/// thread held it at the fork) unvouched memory is not read until the child's next `acquire`.
+pub fn reopen_in_child() {
+    MEM_FD.store(-1, Ordering::SeqCst);
+    if let Some(mut opened) = OPENED.try_lock() {
+        if opened.is_some() {
+            let _ = reopen(&mut opened);
+        }
+    }
+}
+
 /// Replaces a descriptor that is no longer ours (closed or replaced by the program, or
-/// inherited across fork and so bound to the parent's memory). Returns its user count.
+/// inherited across fork and so bound to the parent's memory). Returns its user count,
+/// which a child does not inherit (its copies of the parent's sessions never release).
 fn reopen(opened: &mut Option<Opened>) -> std::io::Result<usize> {
-    let users = opened.as_ref().map_or(0, |o| o.users);
+    let users = opened
+        .as_ref()
+        .filter(|o| o.pid == std::process::id())
+        .map_or(0, |o| o.users);
     if let Some(old) = opened.take() {
         MEM_FD.store(-1, Ordering::SeqCst);
         // A descriptor inherited across fork is still ours to close; a number the program
@@ -147,7 +179,7 @@ pub fn release() {
     let mut opened = OPENED.lock();
     let Some(o) = opened.as_mut() else { return };
     o.users = o.users.saturating_sub(1);
-    if o.users == 0 {
+    if o.users == 0 && !KEEP_OPEN.load(Ordering::SeqCst) {
         MEM_FD.store(-1, Ordering::SeqCst);
         if o.is_intact() {
             // SAFETY: the number still names the file this process opened.
