@@ -291,3 +291,80 @@ pub fn signal_name(signal: c_int) -> String {
         s => format!("signal {s}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    extern "C" fn ours(_: c_int, _: *mut libc::siginfo_t, _: *mut c_void) {}
+    extern "C" fn theirs(_: c_int) {}
+
+    fn action(flags: c_int) -> libc::sigaction {
+        // SAFETY: a zeroed sigaction is a valid value to fill in.
+        let mut a: libc::sigaction = unsafe { std::mem::zeroed() };
+        a.sa_sigaction = theirs as *const () as usize;
+        a.sa_flags = flags;
+        a
+    }
+
+    /// The real mask of `signal`'s handler, and the one the application reads back.
+    fn masks(signal: c_int, probe: c_int) -> (bool, bool) {
+        let mut real = action(0);
+        let mut seen = action(0);
+        // SAFETY: queries of the current disposition into our structs.
+        unsafe {
+            assert_eq!(real_sigaction(signal, std::ptr::null(), &mut real), 0);
+            assert_eq!(application_sigaction(signal, std::ptr::null(), &mut seen), 0);
+            (
+                libc::sigismember(&real.sa_mask, probe) == 1,
+                libc::sigismember(&seen.sa_mask, probe) == 1,
+            )
+        }
+    }
+
+    #[test]
+    fn onstack_handlers_of_the_application_hold_our_signal_back_unseen() {
+        // SIGURG, SIGWINCH and SIGPWR belong to no other lib test; ours is a real-time signal.
+        let (before, after, nodefer, ours_signal) = (libc::SIGURG, libc::SIGWINCH, libc::SIGPWR, libc::SIGRTMAX() - 3);
+        // SAFETY: installs handlers for signals nothing in this test binary sends.
+        unsafe {
+            assert_eq!(
+                application_sigaction(before, &action(libc::SA_ONSTACK), std::ptr::null_mut()),
+                0
+            );
+            install(ours_signal, ours).unwrap();
+            assert_eq!(masks(before, ours_signal), (true, false), "existing SA_ONSTACK handler");
+            assert_eq!(
+                application_sigaction(after, &action(libc::SA_ONSTACK), std::ptr::null_mut()),
+                0
+            );
+            assert_eq!(
+                masks(after, ours_signal),
+                (true, false),
+                "SA_ONSTACK handler installed later"
+            );
+            let flags = libc::SA_ONSTACK | libc::SA_NODEFER;
+            assert_eq!(application_sigaction(nodefer, &action(flags), std::ptr::null_mut()), 0);
+            assert_eq!(
+                masks(nodefer, ours_signal),
+                (false, false),
+                "SA_NODEFER handlers may longjmp out"
+            );
+            let mut old = action(0);
+            assert_eq!(application_sigaction(after, &action(0), &mut old), 0);
+            assert_eq!(
+                libc::sigismember(&old.sa_mask, ours_signal),
+                0,
+                "old action as the program set it"
+            );
+            assert_eq!(
+                masks(after, ours_signal),
+                (false, false),
+                "a handler without SA_ONSTACK"
+            );
+            for s in [before, after, nodefer] {
+                libc::signal(s, libc::SIG_DFL);
+            }
+        }
+    }
+}
