@@ -38,14 +38,15 @@ fn load() {
     // threads' own stacks is read through this descriptor. Without /proc, sessions say so.
     let _ = unwind::safe_read::keep_open();
     // SAFETY: registers a plain function, run in the child after each fork.
-    unsafe { libc::pthread_atfork(None, None, Some(reopen_in_child)) };
+    unsafe { libc::pthread_atfork(None, None, Some(in_child_after_fork)) };
     autostart::start_from_environment();
     cpuprof_core::http::serve_from_env();
     // SAFETY: registers a plain function to run at exit.
     unsafe { libc::atexit(at_exit) };
 }
 
-extern "C" fn reopen_in_child() {
+extern "C" fn in_child_after_fork() {
+    signals::release_in_child();
     unwind::safe_read::reopen_in_child();
 }
 

@@ -110,6 +110,12 @@ impl Drop for Changing {
     }
 }
 
+/// In a forked child (a `pthread_atfork` child handler): a parent thread that was changing a
+/// handler at the fork does not exist here, so its hold on `CHANGING` must not outlive it.
+pub fn release_in_child() {
+    CHANGING.store(false, Ordering::Release);
+}
+
 /// Our signals whose handler is still ours, as bits `s - 1`.
 fn our_signals() -> u64 {
     let mut bits = 0;
