@@ -10,7 +10,7 @@
 
 use cpuprof_core::sampler::{signals, thread_timers, ThreadFilter};
 use cpuprof_core::session::{autostart, global, Options};
-use cpuprof_core::unwind::{self, Registers, THREAD_STACKS};
+use cpuprof_core::unwind::{self, Registers, StackReader, THREAD_STACKS};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
@@ -265,7 +265,13 @@ pub unsafe extern "C" fn ProfilerGetStackTrace(
     let top = THREAD_STACKS.vouched_top(unwind::thread_pointer(), regs.sp);
     let mut frames = [0u64; 256];
     let wanted = (max_depth + skip).min(frames.len());
-    let n = unwind::walk(regs, top, &mut frames[..wanted]);
+    // Small: this runs on the caller's stack, possibly a signal handler's.
+    let mut window = [0u64; 32];
+    let n = unwind::walk(
+        regs,
+        &mut StackReader::new(regs.sp, top, &mut window),
+        &mut frames[..wanted],
+    );
     let out = std::slice::from_raw_parts_mut(result, max_depth);
     let kept = n.saturating_sub(skip).min(max_depth);
     for (dst, &pc) in out.iter_mut().zip(&frames[skip..skip + kept]) {

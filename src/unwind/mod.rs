@@ -4,9 +4,10 @@
 pub mod dwarf;
 pub mod fp;
 pub mod safe_read;
-mod stack_reader;
+pub mod stack_reader;
 pub mod thread_stacks;
 
 pub use dwarf::DwarfUnwinder;
 pub use fp::{walk, Registers};
+pub use stack_reader::StackReader;
 pub use thread_stacks::{thread_pointer, THREAD_STACKS};

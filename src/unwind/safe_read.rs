@@ -16,9 +16,11 @@
 //! | `pread` of `/proc/self/mem` | 1.3 µs | read-class calls only; the descriptor is opened once per session |
 //!
 //! `pread` it is, made with a raw system call: glibc's wrapper is a cancellation point and
-//! could act on a pending `pthread_cancel` inside our handler. The handler copies a 256-byte
-//! window at a time (`StackReader`), so a walk through an unvouched stack pays one call per
-//! window, not per word. `/proc/self/mem` reads with `FOLL_FORCE`, which would copy
+//! could act on a pending `pthread_cancel` inside our handler. A copy costs the same for 8
+//! bytes or a page, so the handler copies up to a page at a time into its workspace
+//! (`StackReader`): a walk 50 frames deep on a coroutine stack costs 4.4 µs per sample above
+//! an empty handler with frame pointers, 6.6-7.7 µs with DWARF (probe-then-load: 0.9 and
+//! 2.0 µs); walks inside vouched thread stacks make no system call and cost what they did. `/proc/self/mem` reads with `FOLL_FORCE`, which would copy
 //! `PROT_NONE` pages (and populate untouched ones): each page is first probed with
 //! `rt_sigprocmask` (an invalid `how` makes the kernel copy the set in and fail with `EFAULT`
 //! on unreadable memory, `EINVAL` otherwise), once per page per walk. A page made `PROT_NONE`

@@ -4,13 +4,14 @@
 
 use super::safe_read::{copy_words, ProbedPages};
 
-/// Bytes copied per system call from unvouched memory: frames of one stack lie close
-/// together, so a walk pays one copy for several of them. A power of two dividing the page,
-/// so a window never spans two pages.
-const WINDOW_WORDS: usize = 32;
-const WINDOW_BYTES: u64 = WINDOW_WORDS as u64 * 8;
+/// Words one copy of unvouched memory can bring in: a page. Frames of one stack lie close
+/// together, so a walk pays one system call (~1.4 µs, 8 bytes or 4 KiB alike) for many.
+/// Depth 50 on a coroutine stack, per sample above an empty handler: 24 µs with 256-byte
+/// windows, 8.2 µs with 1 KiB, 4.1 µs with 4 KiB (frame pointers; probe-then-load, which
+/// was unsafe, took 0.9 µs).
+pub const MAX_WINDOW_WORDS: usize = 512;
 
-pub struct StackReader {
+pub struct StackReader<'w> {
     sp: u64,
     vouched_top: u64,
     probed: ProbedPages,
@@ -18,19 +19,23 @@ pub struct StackReader {
     /// (`u64::MAX`: none yet).
     window_base: u64,
     window_len: usize,
-    window: [u64; WINDOW_WORDS],
+    window: &'w mut [u64],
 }
 
-impl StackReader {
-    /// `vouched_top`: memory in `[sp, vouched_top)` is known mapped and readable.
-    pub fn new(sp: u64, vouched_top: Option<u64>) -> Self {
+impl<'w> StackReader<'w> {
+    /// A reader of the stack interrupted at `sp`: memory in `[sp, vouched_top)` is known mapped
+    /// and readable; other memory is copied into `window` (used up to the largest power of two
+    /// words it holds, at most a page, so that a window never spans two pages).
+    pub fn new(sp: u64, vouched_top: Option<u64>, window: &'w mut [u64]) -> Self {
+        let len = window.len().min(MAX_WINDOW_WORDS);
+        let len = if len == 0 { 0 } else { 1 << len.ilog2() };
         StackReader {
             sp,
             vouched_top: vouched_top.unwrap_or(0),
             probed: ProbedPages::default(),
             window_base: u64::MAX,
             window_len: 0,
-            window: [0; WINDOW_WORDS],
+            window: &mut window[..len],
         }
     }
 
@@ -46,11 +51,11 @@ impl StackReader {
             // SP and the top the registry vouches for: mapped for as long as it runs on it.
             return Some(unsafe { std::ptr::read_volatile(addr as *const u64) });
         }
-        let base = addr & !(WINDOW_BYTES - 1);
+        let base = addr & !(self.window.len() as u64 * 8).saturating_sub(1);
         if base != self.window_base {
             self.window_base = base;
             self.window_len = if self.probed.check(base) {
-                copy_words(base, &mut self.window)
+                copy_words(base, self.window)
             } else {
                 0
             };
@@ -69,12 +74,24 @@ mod tests {
         let _fd = crate::unwind::safe_read::for_tests();
         let mem: Vec<u64> = (0..200).map(|i| 1000 + i).collect();
         let base = mem.as_ptr() as u64;
-        let mut reader = StackReader::new(base, None);
-        for i in [0usize, 1, 31, 32, 100, 199, 5] {
-            assert_eq!(reader.read(base + 8 * i as u64), Some(1000 + i as u64), "word {i}");
+        for words in [1, 32, 100, MAX_WINDOW_WORDS, 4096] {
+            let mut window = vec![0; words];
+            let mut reader = StackReader::new(base, None, &mut window);
+            for i in [0usize, 1, 31, 32, 100, 199, 5] {
+                assert_eq!(
+                    reader.read(base + 8 * i as u64),
+                    Some(1000 + i as u64),
+                    "word {i}, window {words}"
+                );
+            }
+            assert_eq!(reader.read(base + 3), None, "misaligned");
         }
-        assert_eq!(reader.read(base + 3), None, "misaligned");
-        let mut vouched = StackReader::new(base, Some(base + 8 * 200));
+        let mut vouched = StackReader::new(base, Some(base + 8 * 200), &mut []);
         assert_eq!(vouched.read(base + 8 * 7), Some(1007));
+        assert_eq!(
+            vouched.read(base + 8 * 200),
+            None,
+            "unvouched, and no window to copy into"
+        );
     }
 }
