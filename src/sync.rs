@@ -24,6 +24,12 @@ impl<T> Mutex<T> {
         let _ = LOCKS_TAKEN.try_with(|n| n.set(n.get() + 1));
         self.0.lock()
     }
+
+    /// The lock if it is free now (for a forked child, where a holder may no longer exist).
+    pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+        let _ = LOCKS_TAKEN.try_with(|n| n.set(n.get() + 1));
+        self.0.try_lock()
+    }
 }
 
 impl<T: Default> Default for Mutex<T> {

@@ -34,6 +34,9 @@ fn exports_exactly_the_profiler_h_functions() {
         "pthread_create",
         // include/cpuprof.h: the on-demand HTTP endpoint (issue 8).
         "CpuprofServeHttp",
+        // Interposed so that our signals wait while the program's handlers run on their
+        // (possibly tiny) alternate signal stacks.
+        "sigaction",
     ];
     expected.sort();
     assert_eq!(exported, expected);

@@ -3,12 +3,14 @@
 //!
 //! Only the functions below are exported: the profiler.h API, each a thin adapter over
 //! `cpuprof`'s process-wide session (errors go to stderr: the C API cannot return them),
-//! `CpuprofServeHttp` (`include/cpuprof.h`), and `pthread_create`, interposed so that every new
-//! thread gets its sampling timer as it starts. `CPUPROF_HTTP` starts the endpoint at load.
+//! `CpuprofServeHttp` (`include/cpuprof.h`), `pthread_create`, interposed so that every new
+//! thread gets its sampling timer as it starts, and `sigaction`, interposed so that our
+//! signals wait while the program's handlers run on its small alternate signal stacks
+//! (`cpuprof::sampler::signals`). `CPUPROF_HTTP` starts the endpoint at load.
 
-use cpuprof_core::sampler::{thread_timers, ThreadFilter};
+use cpuprof_core::sampler::{signals, thread_timers, ThreadFilter};
 use cpuprof_core::session::{autostart, global, Options};
-use cpuprof_core::unwind::{self, Registers, THREAD_STACKS};
+use cpuprof_core::unwind::{self, Registers, StackReader, THREAD_STACKS};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
@@ -32,10 +34,20 @@ pub struct ProfilerState {
 
 #[ctor::ctor(unsafe)]
 fn load() {
+    // Before anything can sample or call ProfilerGetStackTrace: stack memory outside the
+    // threads' own stacks is read through this descriptor. Without /proc, sessions say so.
+    let _ = unwind::safe_read::keep_open();
+    // SAFETY: registers a plain function, run in the child after each fork.
+    unsafe { libc::pthread_atfork(None, None, Some(in_child_after_fork)) };
     autostart::start_from_environment();
     cpuprof_core::http::serve_from_env();
     // SAFETY: registers a plain function to run at exit.
     unsafe { libc::atexit(at_exit) };
+}
+
+extern "C" fn in_child_after_fork() {
+    signals::release_in_child();
+    unwind::safe_read::reopen_in_child();
 }
 
 extern "C" fn at_exit() {
@@ -143,6 +155,15 @@ pub extern "C" fn ProfilerRegisterThread() {
     THREAD_STACKS.register_current_thread();
 }
 
+/// Interposes `sigaction(2)`: see `cpuprof::sampler::signals::application_sigaction`.
+///
+/// # Safety
+/// The arguments of `sigaction(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn sigaction(signal: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
+    signals::application_sigaction(signal, act, old)
+}
+
 type StartRoutine = extern "C" fn(*mut c_void) -> *mut c_void;
 type PthreadCreate =
     unsafe extern "C" fn(*mut libc::pthread_t, *const libc::pthread_attr_t, StartRoutine, *mut c_void) -> c_int;
@@ -244,7 +265,13 @@ pub unsafe extern "C" fn ProfilerGetStackTrace(
     let top = THREAD_STACKS.vouched_top(unwind::thread_pointer(), regs.sp);
     let mut frames = [0u64; 256];
     let wanted = (max_depth + skip).min(frames.len());
-    let n = unwind::walk(regs, top, &mut frames[..wanted]);
+    // Small: this runs on the caller's stack, possibly a signal handler's.
+    let mut window = [0u64; 32];
+    let n = unwind::walk(
+        regs,
+        &mut StackReader::new(regs.sp, top, &mut window),
+        &mut frames[..wanted],
+    );
     let out = std::slice::from_raw_parts_mut(result, max_depth);
     let kept = n.saturating_sub(skip).min(max_depth);
     for (dst, &pc) in out.iter_mut().zip(&frames[skip..skip + kept]) {

@@ -23,10 +23,11 @@ mod endpoints;
 mod request;
 mod symbols;
 
+use crate::sys::fd::identity;
 use std::io::{self, Read, Write};
 use std::mem::ManuallyDrop;
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::os::fd::{AsRawFd, IntoRawFd, RawFd};
+use std::os::fd::{AsRawFd, IntoRawFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -60,15 +61,6 @@ pub fn serve(address: &str) -> io::Result<SocketAddr> {
         listen(listener, identity);
     })?;
     Ok(bound)
-}
-
-/// Device and inode of the object open on `fd`, `None` if `fd` is not open.
-fn identity(fd: RawFd) -> Option<(u64, u64)> {
-    // SAFETY: fstat writes into a local struct; a closed descriptor is an error, not UB.
-    unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        (libc::fstat(fd, &mut st) == 0).then_some((st.st_dev, st.st_ino))
-    }
 }
 
 /// Accepts connections while the listener's descriptor still holds the socket bound, checked

@@ -12,7 +12,7 @@ use super::walk_stack::Workspace;
 use super::{perf_event, thread_accounts};
 use crate::claim_pool::ClaimPool;
 use crate::table::{CallChainTable, TableConfig};
-use crate::unwind::{self, thread_pointer, DwarfUnwinder, THREAD_STACKS};
+use crate::unwind::{self, thread_pointer, DwarfUnwinder, StackReader, THREAD_STACKS};
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -126,11 +126,12 @@ impl SamplerState {
             UnwinderChoice::Auto => DWARF.load(Ordering::SeqCst),
             UnwinderChoice::FramePointer => std::ptr::null_mut(),
         };
-        let n = workspace.run(|frames| {
+        let n = workspace.run(|frames, window| {
+            let mut stack = StackReader::new(regs.sp, top, window);
             // SAFETY: a published unwinder stays alive while IN_FLIGHT is non-zero (`set_dwarf`).
-            match unsafe { dwarf.as_ref() }.and_then(|d| d.walk(regs, top, frames)) {
+            match unsafe { dwarf.as_ref() }.and_then(|d| d.walk(regs, &mut stack, frames)) {
                 Some(n) => n,
-                None => unwind::walk(regs, top, frames),
+                None => unwind::walk(regs, &mut stack, frames),
             }
         });
         self.table.record(&workspace.frames[..n], weight);

@@ -1,8 +1,20 @@
-//! Installing signal handlers without taking a signal away from the application.
+//! Installing signal handlers without taking a signal away from the application, and keeping
+//! our signals out of the application's handlers that run on its alternate signal stack.
+//!
+//! A thread running its own `SA_ONSTACK` handler is on its sigaltstack, and the kernel puts
+//! any further signal frame there too, whatever that signal's flags; if the rest of the
+//! altstack cannot hold the frame (AT_MINSIGSTKSZ, 3.4 KiB here, plus our handler), the kernel
+//! kills the process. So our signals are added to the mask of every application handler
+//! installed with `SA_ONSTACK`: the kernel then holds them until that handler returns (the
+//! sample is taken late, at the interrupted code, not lost). Handlers installed before our
+//! signal are updated when it is installed; later ones by `application_sigaction`, which
+//! libcpuprof.so interposes as `sigaction`. The added bits are hidden from what `sigaction`
+//! reports back. Handlers with `SA_NODEFER` are left alone: they may leave by `longjmp`,
+//! which would keep our signal blocked on that thread for good.
 
 use std::ffi::{c_int, c_void};
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// The handler function type for `SA_SIGINFO` handlers.
 pub type SigInfoHandler = unsafe extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void);
@@ -36,6 +48,174 @@ impl fmt::Display for SignalError {
 /// Handler currently installed by us for each signal number (0 = none).
 static OURS: [AtomicUsize; 65] = [const { AtomicUsize::new(0) }; 65];
 
+/// For each signal, which of our signals (bit `s - 1`) we added to its handler's mask.
+static SHIELDED: [AtomicU64; 65] = [const { AtomicU64::new(0) }; 65];
+
+/// Serialises changes to the application's handlers (ours and `application_sigaction`'s).
+static CHANGING: AtomicBool = AtomicBool::new(false);
+
+type SigactionFn = unsafe extern "C" fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int;
+
+/// libc's `sigaction`, past libcpuprof.so's interposed one; resolved once, before any
+/// signal handler can need it (`dlsym` may take the loader lock).
+fn real_sigaction_fn() -> SigactionFn {
+    static REAL: AtomicUsize = AtomicUsize::new(0);
+    let mut addr = REAL.load(Ordering::Acquire);
+    if addr == 0 {
+        // SAFETY: dlsym with a constant NUL-terminated name; RTLD_NEXT skips this object.
+        addr = unsafe { libc::dlsym(libc::RTLD_NEXT, c"sigaction".as_ptr()) } as usize;
+        if addr == 0 {
+            addr = libc::sigaction as *const () as usize;
+        }
+        REAL.store(addr, Ordering::Release);
+    }
+    // SAFETY: `addr` is a `sigaction` with this signature.
+    unsafe { std::mem::transmute::<usize, SigactionFn>(addr) }
+}
+
+/// # Safety
+/// As `sigaction(2)`.
+unsafe fn real_sigaction(signal: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
+    real_sigaction_fn()(signal, act, old)
+}
+
+/// Holds `CHANGING` with every signal blocked on this thread, so no handler of this thread
+/// can call `sigaction` and wait for itself.
+struct Changing(libc::sigset_t);
+
+impl Changing {
+    fn enter() -> Changing {
+        // SAFETY: plain signal-mask calls on this thread's own sets.
+        unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            let mut previous: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut previous);
+            while CHANGING
+                .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+            {
+                libc::sched_yield();
+            }
+            Changing(previous)
+        }
+    }
+}
+
+impl Drop for Changing {
+    fn drop(&mut self) {
+        CHANGING.store(false, Ordering::Release);
+        // SAFETY: restores the mask saved by `enter`.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut()) };
+    }
+}
+
+/// In a forked child (a `pthread_atfork` child handler): a parent thread that was changing a
+/// handler at the fork does not exist here, so its hold on `CHANGING` must not outlive it.
+pub fn release_in_child() {
+    CHANGING.store(false, Ordering::Release);
+}
+
+/// Our signals whose handler is still ours, as bits `s - 1`.
+fn our_signals() -> u64 {
+    let mut bits = 0;
+    for (s, ours) in OURS.iter().enumerate().skip(1) {
+        let ours = ours.load(Ordering::Acquire);
+        // SAFETY: queries the current disposition.
+        let current = unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            (ours != 0 && real_sigaction(s as c_int, std::ptr::null(), &mut old) == 0).then_some(old.sa_sigaction)
+        };
+        if current.is_some_and(|c| c == ours) {
+            bits |= 1 << (s - 1);
+        }
+    }
+    bits
+}
+
+/// Adds the signals in `bits` (other than `signal` itself) to `action`'s mask if it is an
+/// application handler that runs on the alternate stack; returns the bits it added.
+fn shield(signal: c_int, action: &mut libc::sigaction, bits: u64) -> u64 {
+    let flags = action.sa_flags;
+    if flags & libc::SA_ONSTACK == 0
+        || flags & libc::SA_NODEFER != 0
+        || action.sa_sigaction == libc::SIG_DFL
+        || action.sa_sigaction == libc::SIG_IGN
+    {
+        return 0;
+    }
+    let mut added = 0;
+    for s in 1..65 {
+        // SAFETY: `s` is a valid signal number and the set is ours to change.
+        if bits & (1 << (s - 1)) != 0 && s != signal && unsafe { libc::sigismember(&action.sa_mask, s) } == 0 {
+            unsafe { libc::sigaddset(&mut action.sa_mask, s) };
+            added |= 1 << (s - 1);
+        }
+    }
+    added
+}
+
+/// Removes from `action`'s mask the bits we added to `signal`'s handler.
+fn unshield(signal: usize, action: &mut libc::sigaction) {
+    let added = SHIELDED[signal].load(Ordering::Relaxed);
+    for s in 1..65 {
+        if added & (1 << (s - 1)) != 0 {
+            // SAFETY: `s` is a valid signal number and the set is the caller's copy.
+            unsafe { libc::sigdelset(&mut action.sa_mask, s) };
+        }
+    }
+}
+
+/// Adds `signal` (just installed as ours) to the mask of every existing `SA_ONSTACK`
+/// application handler.
+fn shield_existing_handlers(signal: c_int) {
+    let _changing = Changing::enter();
+    for s in 1..65usize {
+        // SAFETY: reads and rewrites the disposition of `s` with an updated copy of itself;
+        // `CHANGING` keeps `application_sigaction` from changing it in between.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            if OURS[s].load(Ordering::Acquire) != 0 || real_sigaction(s as c_int, std::ptr::null(), &mut action) != 0 {
+                continue;
+            }
+            let added = shield(s as c_int, &mut action, 1 << (signal - 1));
+            if added != 0 && real_sigaction(s as c_int, &action, std::ptr::null_mut()) == 0 {
+                SHIELDED[s].fetch_or(added, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// `sigaction` for the application (libcpuprof.so interposes it): as libc's, except that
+/// an `SA_ONSTACK` handler gets our signals added to its mask, and the bits we added are
+/// not reported back. Async-signal-safe, like `sigaction`.
+///
+/// # Safety
+/// As `sigaction(2)`.
+pub unsafe fn application_sigaction(signal: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
+    let Some(index) = usize::try_from(signal).ok().filter(|i| (1..65).contains(i)) else {
+        return real_sigaction(signal, act, old);
+    };
+    let Some(act) = act.as_ref() else {
+        let r = real_sigaction(signal, std::ptr::null(), old);
+        if let (0, Some(old)) = (r, old.as_mut()) {
+            unshield(index, old);
+        }
+        return r;
+    };
+    let mut action = *act;
+    let _changing = Changing::enter();
+    let added = shield(signal, &mut action, our_signals());
+    let r = real_sigaction(signal, &action, old);
+    if r == 0 {
+        if let Some(old) = old.as_mut() {
+            unshield(index, old);
+        }
+        SHIELDED[index].store(added, Ordering::Relaxed);
+    }
+    r
+}
+
 /// Installs `handler` for `signal` unless the application has its own handler there.
 /// Once installed, a handler is never reset to `SIG_DFL`: a signal still in flight after
 /// profiling stops would otherwise kill the process.
@@ -50,7 +230,7 @@ pub fn install(signal: c_int, handler: SigInfoHandler) -> Result<(), SignalError
     // SAFETY: plain sigaction calls with properly initialised structures.
     unsafe {
         let mut old: libc::sigaction = std::mem::zeroed();
-        if libc::sigaction(signal, std::ptr::null(), &mut old) != 0 {
+        if real_sigaction(signal, std::ptr::null(), &mut old) != 0 {
             return Err(SignalError::Invalid { signal });
         }
         let current = old.sa_sigaction;
@@ -60,13 +240,20 @@ pub fn install(signal: c_int, handler: SigInfoHandler) -> Result<(), SignalError
         }
         let mut action: libc::sigaction = std::mem::zeroed();
         action.sa_sigaction = handler as usize;
-        action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
+        // No SA_ONSTACK: the handler runs on the interrupted stack (on the program's
+        // sigaltstack only if the thread is already running there). Threads' altstacks may be
+        // smaller than any signal frame (a 2,048-byte MINSIGSTKSZ one cannot hold the kernel's
+        // 3.4 KiB frame here, AT_MINSIGSTKSZ), which would kill the thread at its first sample;
+        // thread stacks are what the program itself runs on, and the handler needs ~3.5 KiB
+        // below the interrupted SP (docs/UNWINDING.md, tests/c/headroom.c).
+        action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
         libc::sigemptyset(&mut action.sa_mask);
-        if libc::sigaction(signal, &action, std::ptr::null_mut()) != 0 {
+        if real_sigaction(signal, &action, std::ptr::null_mut()) != 0 {
             return Err(SignalError::Invalid { signal });
         }
     }
     OURS[index].store(handler as usize, Ordering::Release);
+    shield_existing_handlers(signal);
     Ok(())
 }
 
@@ -75,7 +262,7 @@ pub fn is_installed(signal: c_int, handler: SigInfoHandler) -> bool {
     // SAFETY: queries the current disposition.
     unsafe {
         let mut old: libc::sigaction = std::mem::zeroed();
-        libc::sigaction(signal, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == handler as usize
+        real_sigaction(signal, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == handler as usize
     }
 }
 
@@ -84,7 +271,7 @@ pub fn is_unhandled(signal: c_int) -> bool {
     // SAFETY: queries the current disposition.
     unsafe {
         let mut old: libc::sigaction = std::mem::zeroed();
-        libc::sigaction(signal, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_DFL
+        real_sigaction(signal, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_DFL
     }
 }
 
@@ -108,5 +295,82 @@ pub fn signal_name(signal: c_int) -> String {
         libc::SIGUSR2 => "SIGUSR2".into(),
         s if s >= libc::SIGRTMIN() && s <= libc::SIGRTMAX() => format!("SIGRTMIN+{}", s - libc::SIGRTMIN()),
         s => format!("signal {s}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    extern "C" fn ours(_: c_int, _: *mut libc::siginfo_t, _: *mut c_void) {}
+    extern "C" fn theirs(_: c_int) {}
+
+    fn action(flags: c_int) -> libc::sigaction {
+        // SAFETY: a zeroed sigaction is a valid value to fill in.
+        let mut a: libc::sigaction = unsafe { std::mem::zeroed() };
+        a.sa_sigaction = theirs as *const () as usize;
+        a.sa_flags = flags;
+        a
+    }
+
+    /// The real mask of `signal`'s handler, and the one the application reads back.
+    fn masks(signal: c_int, probe: c_int) -> (bool, bool) {
+        let mut real = action(0);
+        let mut seen = action(0);
+        // SAFETY: queries of the current disposition into our structs.
+        unsafe {
+            assert_eq!(real_sigaction(signal, std::ptr::null(), &mut real), 0);
+            assert_eq!(application_sigaction(signal, std::ptr::null(), &mut seen), 0);
+            (
+                libc::sigismember(&real.sa_mask, probe) == 1,
+                libc::sigismember(&seen.sa_mask, probe) == 1,
+            )
+        }
+    }
+
+    #[test]
+    fn onstack_handlers_of_the_application_hold_our_signal_back_unseen() {
+        // SIGURG, SIGWINCH and SIGPWR belong to no other lib test; ours is a real-time signal.
+        let (before, after, nodefer, ours_signal) = (libc::SIGURG, libc::SIGWINCH, libc::SIGPWR, libc::SIGRTMAX() - 3);
+        // SAFETY: installs handlers for signals nothing in this test binary sends.
+        unsafe {
+            assert_eq!(
+                application_sigaction(before, &action(libc::SA_ONSTACK), std::ptr::null_mut()),
+                0
+            );
+            install(ours_signal, ours).unwrap();
+            assert_eq!(masks(before, ours_signal), (true, false), "existing SA_ONSTACK handler");
+            assert_eq!(
+                application_sigaction(after, &action(libc::SA_ONSTACK), std::ptr::null_mut()),
+                0
+            );
+            assert_eq!(
+                masks(after, ours_signal),
+                (true, false),
+                "SA_ONSTACK handler installed later"
+            );
+            let flags = libc::SA_ONSTACK | libc::SA_NODEFER;
+            assert_eq!(application_sigaction(nodefer, &action(flags), std::ptr::null_mut()), 0);
+            assert_eq!(
+                masks(nodefer, ours_signal),
+                (false, false),
+                "SA_NODEFER handlers may longjmp out"
+            );
+            let mut old = action(0);
+            assert_eq!(application_sigaction(after, &action(0), &mut old), 0);
+            assert_eq!(
+                libc::sigismember(&old.sa_mask, ours_signal),
+                0,
+                "old action as the program set it"
+            );
+            assert_eq!(
+                masks(after, ours_signal),
+                (false, false),
+                "a handler without SA_ONSTACK"
+            );
+            for s in [before, after, nodefer] {
+                libc::signal(s, libc::SIG_DFL);
+            }
+        }
     }
 }

@@ -6,14 +6,17 @@
 //! walk runs on a preallocated stack claimed with the sample's workspace; the handler itself
 //! then needs only the kernel's signal frame and a few hundred bytes.
 
+use crate::unwind::stack_reader::MAX_WINDOW_WORDS;
 use std::ffi::c_void;
 
 /// Stack given to each walk.
 pub const WALK_STACK_BYTES: usize = 64 * 1024;
 
-/// Memory for one walk: the frames it produces and the stack it runs on.
+/// Memory for one walk: the frames it produces, the window it copies stack memory nothing
+/// vouches for into (`unwind::StackReader`), and the stack it runs on.
 pub struct Workspace {
     pub frames: Box<[u64]>,
+    window: Box<[u64]>,
     stack: Box<[u64]>,
 }
 
@@ -21,27 +24,30 @@ impl Workspace {
     pub fn new(max_depth: usize) -> Self {
         Workspace {
             frames: vec![0; max_depth.max(1)].into_boxed_slice(),
+            window: vec![0; MAX_WINDOW_WORDS].into_boxed_slice(),
             stack: vec![0; WALK_STACK_BYTES / 8].into_boxed_slice(),
         }
     }
 
-    /// Runs `f(frames)` on this workspace's stack and returns its result.
+    /// Runs `f(frames, window)` on this workspace's stack and returns its result.
     /// Async-signal-safe; `f` must not unwind (panics abort at the `extern "C"` boundary).
-    pub fn run<F: FnMut(&mut [u64]) -> usize>(&mut self, mut f: F) -> usize {
+    pub fn run<F: FnMut(&mut [u64], &mut [u64]) -> usize>(&mut self, mut f: F) -> usize {
         struct Call<'a, F> {
             f: &'a mut F,
             frames: &'a mut [u64],
+            window: &'a mut [u64],
             result: usize,
         }
-        extern "C" fn trampoline<F: FnMut(&mut [u64]) -> usize>(call: *mut c_void) {
+        extern "C" fn trampoline<F: FnMut(&mut [u64], &mut [u64]) -> usize>(call: *mut c_void) {
             // SAFETY: `call` is the `Call` passed below, alive for the duration of the call.
             let call = unsafe { &mut *(call as *mut Call<'_, F>) };
-            call.result = (call.f)(call.frames);
+            call.result = (call.f)(call.frames, call.window);
         }
         let top = (self.stack.as_mut_ptr() as usize + self.stack.len() * 8) & !15;
         let mut call = Call {
             f: &mut f,
             frames: &mut self.frames,
+            window: &mut self.window,
             result: 0,
         };
         // SAFETY: switches rsp to the top of our own 16-byte aligned stack, calls the C-ABI
@@ -75,7 +81,7 @@ mod tests {
             ws.stack.as_ptr() as usize,
             ws.stack.as_ptr() as usize + WALK_STACK_BYTES,
         );
-        let n = ws.run(|frames| {
+        let n = ws.run(|frames, _| {
             let local = 0u8;
             let here = &local as *const u8 as usize;
             assert!(

@@ -76,6 +76,8 @@ pub struct Session {
     control: Arc<WriterControl>,
     writer: Option<JoinHandle<writer::Finished>>,
     source: SampleSource,
+    /// Whether this session holds the `/proc/self/mem` descriptor (`unwind::safe_read`).
+    reads_memory: bool,
 }
 
 impl Session {
@@ -125,6 +127,15 @@ impl Session {
         };
         let (writer_thread, writer_tid) = writer_thread;
         crate::unwind::THREAD_STACKS.register_current_thread();
+        let reads_memory = match crate::unwind::safe_read::acquire() {
+            Ok(()) => true,
+            Err(e) => {
+                eprintln!(
+                    "cpuprof: cannot open /proc/self/mem ({e}); stacks outside threads' own stacks (signal stacks, coroutines) are not walked"
+                );
+                false
+            }
+        };
         sampler::publish(state.clone());
         let session = Session {
             path: path.to_path_buf(),
@@ -135,6 +146,7 @@ impl Session {
             control,
             writer: Some(writer_thread),
             source,
+            reads_memory,
         };
         let excluded = writer_tid.into_iter().collect();
         if let Err(e) = timing::start(source, signal, &session.options, excluded) {
@@ -173,8 +185,12 @@ impl Session {
         let stopped = timing::stop(self.source);
         let unpublished = sampler::unpublish();
         if unpublished.is_some() {
-            // No handler can still re-arm these fds; otherwise they are leaked, never reused.
+            // No handler can still re-arm these fds or read through the /proc/self/mem
+            // descriptor; otherwise they are leaked, never reused.
             sampler::thread_timers::close(stopped.perf_fds);
+            if self.reads_memory {
+                crate::unwind::safe_read::release();
+            }
         }
         // The writer thread collects what is left (with the state unpublished no handler adds
         // samples; if a handler was stuck, the state stays leaked and it still writes what it

@@ -82,6 +82,7 @@ pub fn run(
     let mut next_harvest = Instant::now() + harvest_interval;
     let mut objects_seen = loaded_objects_generation();
     let mut taken_over = false;
+    let mut memory_descriptor_noted = false;
     let mut tick = MIN_TICK;
     let mut last_drain = Instant::now();
     loop {
@@ -101,6 +102,20 @@ pub fn run(
             timing::stop_after_takeover(source, profiling_signal);
         }
         THREAD_STACKS.resolve_requests();
+        match crate::unwind::safe_read::check() {
+            Ok(false) => {}
+            _ if memory_descriptor_noted => {}
+            Ok(true) => {
+                memory_descriptor_noted = true;
+                eprintln!(
+                    "cpuprof: the program closed or replaced cpuprof's /proc/self/mem descriptor; opened it again"
+                );
+            }
+            Err(e) => {
+                memory_descriptor_noted = true;
+                eprintln!("cpuprof: the program closed cpuprof's /proc/self/mem descriptor and it cannot be opened again ({e}); stacks outside threads' own stacks are no longer walked");
+            }
+        }
         sampler::thread_timers::sync_with_tasks();
         let generation = loaded_objects_generation();
         if generation != objects_seen {

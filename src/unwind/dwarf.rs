@@ -66,14 +66,14 @@ impl DwarfUnwinder {
         self.table_bytes
     }
 
-    /// Walks the stack into `out` (PC first); `None` if all caches are in use, in which case
-    /// the caller walks frame pointers instead. Async-signal-safe.
-    pub fn walk(&self, regs: Registers, vouched_top: Option<u64>, out: &mut [u64]) -> Option<usize> {
+    /// Walks the stack interrupted at `regs.sp`, read through `stack`, into `out` (PC first);
+    /// `None` if all caches are in use, in which case the caller walks frame pointers instead.
+    /// Async-signal-safe.
+    pub fn walk(&self, regs: Registers, stack: &mut StackReader, out: &mut [u64]) -> Option<usize> {
         if out.is_empty() || regs.pc == 0 {
             return Some(0);
         }
         let mut cache = self.caches.claim()?;
-        let mut stack = StackReader::new(regs.sp, vouched_top);
         let mut read = |addr: u64| stack.read(addr).ok_or(());
         let start = UnwindRegsX86_64::new(regs.pc, regs.sp, regs.fp);
         let mut frames = self.unwinder.iter_frames(regs.pc, start, &mut cache, &mut read);
@@ -219,18 +219,23 @@ mod tests {
     #[inline(never)]
     fn walk_from_here(unwinder: &DwarfUnwinder, out: &mut [u64]) -> usize {
         let regs = here();
-        std::hint::black_box(unwinder.walk(regs, None, out).unwrap())
+        let mut window = [0; 64];
+        let mut stack = StackReader::new(regs.sp, None, &mut window);
+        std::hint::black_box(unwinder.walk(regs, &mut stack, out).unwrap())
     }
 
     #[test]
     fn walks_through_std_to_the_thread_entry() {
+        let _fd = crate::unwind::safe_read::for_tests();
         let unwinder = DwarfUnwinder::build();
         let mut out = [0u64; 128];
         let n = walk_from_here(&unwinder, &mut out);
         // The test harness runs us on a std thread: the walk must get through Rust's std (no
         // frame pointers) down to libc's thread start.
         assert!(n >= 8, "only {n} frames");
-        let fp_n = crate::unwind::walk(here(), None, &mut out);
+        let regs = here();
+        let mut window = [0; 64];
+        let fp_n = crate::unwind::walk(regs, &mut StackReader::new(regs.sp, None, &mut window), &mut out);
         assert!(
             n >= fp_n,
             "DWARF walk ({n}) should not be shorter than the frame-pointer walk ({fp_n})"

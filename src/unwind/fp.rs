@@ -3,8 +3,8 @@
 //! With frame pointers, `[fp]` is the caller's frame pointer and `[fp + 8]` the return address.
 //! Code built without them uses the register for anything, so every candidate frame is checked:
 //! it must be 8-byte aligned, above the previous one (stacks grow down, so callers live higher),
-//! and inside memory known to be mapped, either the range the thread registry vouches for or
-//! pages just verified by a readability probe.
+//! and readable: every word is read through `StackReader`, which copies memory the thread
+//! registry does not vouch for through the kernel, so it cannot fault even if unmapped meanwhile.
 
 use super::stack_reader::StackReader;
 
@@ -20,15 +20,14 @@ pub struct Registers {
 const MAX_FRAME_SPAN: u64 = 64 << 20;
 
 /// Writes the PC and then return addresses into `out`; returns how many were written.
-/// `vouched_top`: memory in `[regs.sp, vouched_top)` is known mapped and readable.
-/// Async-signal-safe: the only system calls are probes of addresses nothing vouches for.
-pub fn walk(regs: Registers, vouched_top: Option<u64>, out: &mut [u64]) -> usize {
+/// `stack` reads the stack interrupted at `regs.sp`.
+/// Async-signal-safe: the only system calls are copies of memory nothing vouches for.
+pub fn walk(regs: Registers, stack: &mut StackReader, out: &mut [u64]) -> usize {
     if out.is_empty() || regs.pc == 0 {
         return 0;
     }
     out[0] = regs.pc;
     let mut n = 1;
-    let mut stack = StackReader::new(regs.sp, vouched_top);
     let mut fp = regs.fp;
     let mut floor = regs.sp;
     while n < out.len() {
@@ -53,6 +52,12 @@ pub fn walk(regs: Registers, vouched_top: Option<u64>, out: &mut [u64]) -> usize
 mod tests {
     use super::*;
 
+    /// A walk from `regs` with nothing vouched for (`top`: vouched up to there).
+    fn walk_from(regs: Registers, top: Option<u64>, out: &mut [u64]) -> usize {
+        let mut window = [0; 64];
+        walk(regs, &mut StackReader::new(regs.sp, top, &mut window), out)
+    }
+
     /// Builds a fake stack of frames in `mem`: frame i at index 4*i holds (next fp, return).
     fn chain(mem: &mut [u64], frames: usize) -> Registers {
         let base = mem.as_ptr() as u64;
@@ -69,38 +74,41 @@ mod tests {
 
     #[test]
     fn follows_a_valid_chain_to_its_end() {
+        let _fd = crate::unwind::safe_read::for_tests();
         let mut mem = vec![0u64; 64];
         let regs = chain(&mut mem, 5);
         let mut out = [0u64; 16];
-        let n = walk(regs, None, &mut out);
+        let n = walk_from(regs, None, &mut out);
         assert_eq!(&out[..n], &[0x999, 0x1000, 0x1001, 0x1002, 0x1003, 0x1004]);
         let top = regs.sp + 8 * 64;
-        assert_eq!(walk(regs, Some(top), &mut out), 6, "vouched walk agrees");
-        assert_eq!(walk(regs, None, &mut out[..3]), 3, "depth limit");
+        assert_eq!(walk_from(regs, Some(top), &mut out), 6, "vouched walk agrees");
+        assert_eq!(walk_from(regs, None, &mut out[..3]), 3, "depth limit");
     }
 
     #[test]
     fn stops_at_garbage_without_faulting() {
+        let _fd = crate::unwind::safe_read::for_tests();
         let mut mem = vec![0u64; 64];
         let regs = chain(&mut mem, 5);
         let mut out = [0u64; 16];
         for garbage in [1u64, 0xdead_beef_0000, 0x10, u64::MAX - 7, regs.sp - 64, regs.sp + 3] {
             mem[8] = garbage; // frame 2's next pointer
-            let n = walk(regs, None, &mut out);
+            let n = walk_from(regs, None, &mut out);
             assert!((3..=4).contains(&n), "garbage {garbage:#x} gave {n} frames");
         }
         for fp in [0u64, 8, 0xffff_ffff_ffff_fff8, 0x7fff_0000_0000] {
-            let n = walk(Registers { fp, ..regs }, None, &mut out);
+            let n = walk_from(Registers { fp, ..regs }, None, &mut out);
             assert_eq!(n, 1, "fp {fp:#x}");
         }
     }
 
     #[test]
     fn loops_and_downward_links_end_the_walk() {
+        let _fd = crate::unwind::safe_read::for_tests();
         let mut mem = vec![0u64; 64];
         let regs = chain(&mut mem, 5);
         mem[8] = regs.sp; // frame 2 points back to frame 0
         let mut out = [0u64; 16];
-        assert_eq!(walk(regs, None, &mut out), 4);
+        assert_eq!(walk_from(regs, None, &mut out), 4);
     }
 }

@@ -1,5 +1,5 @@
 //! Which stack memory of an interrupted thread is known to be mapped, so that the common walk
-//! needs no readability probe (no system call in the handler).
+//! needs no kernel-checked copy (no system call in the handler).
 //!
 //! The registry maps a thread's thread pointer (`%fs:0` on x86-64, read without a system call)
 //! to the range of its stack. It is filled outside signal context: the handler only *requests*
@@ -11,7 +11,8 @@
 //!   holds its stack, so `[sp, thread pointer)` lies inside the thread's own stack block, which
 //!   is not unmapped while the thread lives.
 //!
-//! Anything else (sigaltstacks, coroutine stacks, unknown threads) is walked with probes.
+//! Anything else (sigaltstacks, coroutine stacks, unknown threads) is read through the kernel
+//! (`safe_read`).
 //! A stale entry (thread exited, control block reused) is harmless: glibc places a reused
 //! control block at the same stack top, and entries are used only when `lo <= sp < hi`.
 
@@ -147,7 +148,7 @@ impl ThreadStacks {
         }
         let Some(s) = free else {
             // The neighbourhood is full of other threads (many dead): forget everything; walks
-            // fall back to probes until threads are requested again.
+            // read through the kernel until threads are requested again.
             for key in &self.keys {
                 key.store(0, Ordering::Release);
             }
