@@ -130,9 +130,9 @@ fn opened(out: &str) -> i64 {
 #[test]
 fn a_low_descriptor_limit_is_left_to_the_program() {
     // 40 and 70 idle threads under RLIMIT_NOFILE=64: the program opens as many files as without
-    // the profiler, less cpuprof's three own descriptors (the profile, and /proc/self/maps and
-    // /proc/self/task kept open so that re-reading them never takes a low number; gperftools
-    // holds three too), whatever the number of threads. Perf events have no descriptor numbers
+    // the profiler, less cpuprof's four own descriptors (the profile; /proc/self/maps and
+    // /proc/self/task kept open so that re-reading them never takes a low number; /proc/self/mem
+    // for fault-safe stack reads; gperftools holds three), whatever the number of threads. Perf events have no descriptor numbers
     // to spare under this limit.
     for threads in ["40", "70"] {
         let stderrs = behaves_the_same(
@@ -141,7 +141,7 @@ fn a_low_descriptor_limit_is_left_to_the_program() {
             &["auto", "perf"],
             |plain, profiled| {
                 plain.split(" opened").next() == profiled.split(" opened").next()
-                    && (opened(plain) - opened(profiled)) <= 3
+                    && (opened(plain) - opened(profiled)) <= 4
             },
         );
         for (what, err) in stderrs.iter().filter(|(w, _)| w.contains("perf")) {
