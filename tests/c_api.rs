@@ -156,9 +156,11 @@ fn profiling_signal_toggles_numbered_profiles() {
         !base.exists(),
         "with CPUPROFILESIGNAL nothing is profiled until the signal"
     );
+    // Each window is 1.2 s of wall time: ~120 samples on an idle machine, fewer when the
+    // program shares the CPU. What matters here is that each window was profiled.
     for n in 0..2 {
         let p = read_profile(&dir.join(format!("toggle.prof.{n}")));
-        assert!(p.total_samples() >= 50, "profile .{n}: {} samples", p.total_samples());
+        assert!(p.total_samples() >= 20, "profile .{n}: {} samples", p.total_samples());
     }
     assert!(!dir.join("toggle.prof.2").exists());
 }
