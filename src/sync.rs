@@ -30,6 +30,28 @@ impl<T> Mutex<T> {
         let _ = LOCKS_TAKEN.try_with(|n| n.set(n.get() + 1));
         self.0.try_lock()
     }
+
+    /// Takes the lock if it becomes free within `limit`, polling every millisecond. For code
+    /// that may run in a signal handler (libcpuprof.so's `exec` path): it must not wait forever
+    /// for a lock the code it interrupted may hold, nor park (parking uses thread-locals).
+    pub fn try_lock_for(&self, limit: std::time::Duration) -> Option<MutexGuard<'_, T>> {
+        let _ = LOCKS_TAKEN.try_with(|n| n.set(n.get() + 1));
+        let deadline = crate::sys::futex::monotonic_now() + limit;
+        loop {
+            if let Some(guard) = self.0.try_lock() {
+                return Some(guard);
+            }
+            if crate::sys::futex::monotonic_now() >= deadline {
+                return None;
+            }
+            let ms = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 1_000_000,
+            };
+            // SAFETY: nanosleep with a valid duration; async-signal-safe.
+            unsafe { libc::nanosleep(&ms, std::ptr::null_mut()) };
+        }
+    }
 }
 
 impl<T: Default> Default for Mutex<T> {

@@ -7,13 +7,21 @@
 //! thread gets its sampling timer as it starts, and `sigaction`, interposed so that our
 //! signals wait while the program's handlers run on its small alternate signal stacks
 //! (`cpuprof::sampler::signals`). `CPUPROF_HTTP` starts the endpoint at load.
+//!
+//! The ends of the process that `atexit` does not see are interposed too
+//! (`cpuprof::session::process_end`): `_exit`, `_Exit` and `quick_exit` complete the profile
+//! first; the exec family (`execve`, `execv`, `execvp`, `execvpe`, `fexecve`, `execveat`)
+//! writes what was sampled and makes sure no profiling signal can reach the new image, undoing
+//! that if the exec fails. Not `execl`, `execle`, `execlp`: they are C-variadic, which stable
+//! Rust cannot define, and rustc does not export a C shim's symbols from a cdylib.
 
 use cpuprof_core::sampler::{signals, thread_timers, ThreadFilter};
-use cpuprof_core::session::{autostart, global, Options};
+use cpuprof_core::session::{autostart, global, process_end, Options};
 use cpuprof_core::unwind::{self, Registers, StackReader, THREAD_STACKS};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::UNIX_EPOCH;
 
 /// `struct ProfilerOptions` from profiler.h.
@@ -34,6 +42,7 @@ pub struct ProfilerState {
 
 #[ctor::ctor(unsafe)]
 fn load() {
+    resolve_real_functions();
     // Before anything can sample or call ProfilerGetStackTrace: stack memory outside the
     // threads' own stacks is read through this descriptor. Without /proc, sessions say so.
     let _ = unwind::safe_read::keep_open();
@@ -206,6 +215,195 @@ extern "C" fn start_thread(call: *mut c_void) -> *mut c_void {
     let (start, arg) = *unsafe { Box::from_raw(call as *mut (StartRoutine, *mut c_void)) };
     thread_timers::on_thread_start(Some(start as usize));
     start(arg)
+}
+
+/// The glibc functions interposed on process ends, in [`REAL`].
+#[derive(Clone, Copy)]
+enum Real {
+    Exit,
+    UpperExit,
+    QuickExit,
+    Execve,
+    Execv,
+    Execvp,
+    Execvpe,
+    Fexecve,
+    Execveat,
+}
+
+const REAL_NAMES: [&CStr; 9] = [
+    c"_exit",
+    c"_Exit",
+    c"quick_exit",
+    c"execve",
+    c"execv",
+    c"execvp",
+    c"execvpe",
+    c"fexecve",
+    c"execveat",
+];
+
+/// Their addresses, found once at load: dlsym takes the loader's lock and may allocate, and
+/// these are called from signal handlers and vfork children.
+static REAL: [AtomicUsize; 9] = [const { AtomicUsize::new(0) }; 9];
+
+fn resolve_real_functions() {
+    for (slot, name) in REAL.iter().zip(REAL_NAMES) {
+        // SAFETY: dlsym with a constant NUL-terminated name; RTLD_NEXT skips this library.
+        slot.store(
+            unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize,
+            Ordering::Relaxed,
+        );
+    }
+}
+
+/// glibc's `which`, as a function of type `F` (the caller names the right one), or `None` if
+/// glibc has none (execveat before 2.34).
+///
+/// # Safety
+/// `F` is the C signature of `which`.
+unsafe fn real<F: Copy>(which: Real) -> Option<F> {
+    let slot = &REAL[which as usize];
+    let mut addr = slot.load(Ordering::Relaxed);
+    if addr == 0 {
+        // Called before our constructor ran (from another library's): look it up now.
+        resolve_real_functions();
+        addr = slot.load(Ordering::Relaxed);
+    }
+    // SAFETY: a non-null address of the function named, which has signature F.
+    (addr != 0).then(|| unsafe { std::mem::transmute_copy::<usize, F>(&addr) })
+}
+
+type ExitFn = unsafe extern "C" fn(c_int) -> !;
+
+/// Ends the process with glibc's `which` (an `_exit`-like function), or the system call.
+unsafe fn end_with(which: Real, status: c_int) -> ! {
+    if let Some(end) = real::<ExitFn>(which) {
+        end(status)
+    }
+    loop {
+        libc::syscall(libc::SYS_exit_group, status);
+    }
+}
+
+/// `_exit`: completes the profile (records, trailer, maps), then ends the process. In a forked
+/// or vfork'ed child it only reads one word before ending.
+///
+/// # Safety
+/// As `_exit(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn _exit(status: c_int) -> ! {
+    process_end::before_exit();
+    end_with(Real::Exit, status)
+}
+
+/// `_Exit`: as `_exit`.
+///
+/// # Safety
+/// As `_Exit(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
+    process_end::before_exit();
+    end_with(Real::UpperExit, status)
+}
+
+/// `quick_exit`: completes the profile, then runs the `at_quick_exit` handlers and ends.
+///
+/// # Safety
+/// As `quick_exit(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn quick_exit(status: c_int) -> ! {
+    process_end::before_exit();
+    end_with(Real::QuickExit, status)
+}
+
+type Argv = *const *const c_char;
+
+/// Runs the exec `call` of the glibc function at `real`: prepares the profiler (see the
+/// module's comment), and restores profiling if the exec fails (errno kept).
+unsafe fn exec_with(real: usize, call: impl FnOnce() -> c_int) -> c_int {
+    let prepared = process_end::before_exec(real as u64);
+    let rc = call();
+    if let Some(prepared) = prepared {
+        prepared.exec_failed();
+    }
+    rc
+}
+
+fn enosys() -> c_int {
+    // SAFETY: the calling thread's errno.
+    unsafe { *libc::__errno_location() = libc::ENOSYS };
+    -1
+}
+
+/// # Safety
+/// As `execve(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn execve(path: *const c_char, argv: Argv, envp: Argv) -> c_int {
+    type F = unsafe extern "C" fn(*const c_char, Argv, Argv) -> c_int;
+    match real::<F>(Real::Execve) {
+        Some(f) => exec_with(f as usize, || f(path, argv, envp)),
+        None => exec_with(execve as *const () as usize, || {
+            libc::syscall(libc::SYS_execve, path, argv, envp) as c_int
+        }),
+    }
+}
+
+/// # Safety
+/// As `execv(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn execv(path: *const c_char, argv: Argv) -> c_int {
+    type F = unsafe extern "C" fn(*const c_char, Argv) -> c_int;
+    match real::<F>(Real::Execv) {
+        Some(f) => exec_with(f as usize, || f(path, argv)),
+        None => enosys(),
+    }
+}
+
+/// # Safety
+/// As `execvp(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn execvp(file: *const c_char, argv: Argv) -> c_int {
+    type F = unsafe extern "C" fn(*const c_char, Argv) -> c_int;
+    match real::<F>(Real::Execvp) {
+        Some(f) => exec_with(f as usize, || f(file, argv)),
+        None => enosys(),
+    }
+}
+
+/// # Safety
+/// As `execvpe(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn execvpe(file: *const c_char, argv: Argv, envp: Argv) -> c_int {
+    type F = unsafe extern "C" fn(*const c_char, Argv, Argv) -> c_int;
+    match real::<F>(Real::Execvpe) {
+        Some(f) => exec_with(f as usize, || f(file, argv, envp)),
+        None => enosys(),
+    }
+}
+
+/// # Safety
+/// As `fexecve(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn fexecve(fd: c_int, argv: Argv, envp: Argv) -> c_int {
+    type F = unsafe extern "C" fn(c_int, Argv, Argv) -> c_int;
+    match real::<F>(Real::Fexecve) {
+        Some(f) => exec_with(f as usize, || f(fd, argv, envp)),
+        None => enosys(),
+    }
+}
+
+/// # Safety
+/// As `execveat(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn execveat(dirfd: c_int, path: *const c_char, argv: Argv, envp: Argv, flags: c_int) -> c_int {
+    type F = unsafe extern "C" fn(c_int, *const c_char, Argv, Argv, c_int) -> c_int;
+    match real::<F>(Real::Execveat) {
+        Some(f) => exec_with(f as usize, || f(dirfd, path, argv, envp, flags)),
+        None => exec_with(execveat as *const () as usize, || {
+            libc::syscall(libc::SYS_execveat, dirfd, path, argv, envp, flags) as c_int
+        }),
+    }
 }
 
 /// Fills `state` with the current profiling state.

@@ -227,6 +227,26 @@ pub fn record_outside_handler(pcs: &[u64], weight: u64) {
     IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
 }
 
+/// Records a profiling signal that was taken off the queue instead of delivered (before an
+/// `exec`, which could deliver it to the new image), as a sample of `pc`: POSIX timer signals
+/// weigh `1 + si_overrun` as in the handler; a perf event's (disabled by then, not re-armed
+/// here) weighs 1. Async-signal-safe.
+pub fn record_taken_signal(info: &libc::siginfo_t, pc: u64) {
+    IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+    // SAFETY: the state stays alive while IN_FLIGHT is non-zero (see `unpublish`).
+    if let Some(state) = unsafe { CURRENT.load(Ordering::SeqCst).as_ref() } {
+        let weight = if info.si_code == libc::SI_TIMER {
+            // SAFETY: a siginfo the kernel filled in.
+            unsafe { state.signal_weight(info) }
+        } else {
+            1
+        };
+        state.interrupts.fetch_add(1, Ordering::Relaxed);
+        state.table.record(&[pc], weight);
+    }
+    IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+}
+
 /// The `SA_SIGINFO` handler for the profiling signal.
 ///
 /// # Safety

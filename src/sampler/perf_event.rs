@@ -169,6 +169,14 @@ pub fn disable(fd: c_int) {
     }
 }
 
+/// Lets `fd`'s event signal again after [`disable`] (its next overflow), if `fd` is still ours.
+pub fn enable(fd: c_int) {
+    if is_ours(fd) {
+        // SAFETY: our own perf event fd.
+        unsafe { libc::ioctl(fd, PERF_EVENT_IOC_REFRESH, 1) };
+    }
+}
+
 /// Closes `fd` if it is still our event; returns false (and leaves it alone) if the program
 /// closed it and the number now holds something else.
 pub fn close(fd: c_int) -> bool {

@@ -292,6 +292,61 @@ impl Timers {
     }
 }
 
+/// The calling thread's timer, stopped but not deleted for an `exec` (see
+/// `session::process_end`), and what to restore if the exec fails.
+pub enum PausedThreadTimer {
+    Posix(libc::pid_t, libc::timer_t, libc::itimerspec),
+    Perf(libc::pid_t, c_int),
+}
+
+/// The signal of the running per-thread timers, if they run in this process.
+pub fn running_signal(limit: Duration) -> Option<c_int> {
+    running(&mut *TIMERS.try_lock_for(limit)?).map(|t| t.signal)
+}
+
+/// Stops the calling thread's timer without deleting it. Waits at most `limit` for the
+/// registry (the caller may be a signal handler that interrupted its holder).
+pub fn pause_calling_thread(limit: Duration) -> Option<PausedThreadTimer> {
+    let tid = gettid();
+    let mut timers = TIMERS.try_lock_for(limit)?;
+    match running(&mut timers)?.armed.get(&tid)? {
+        Armed::Posix(id) => {
+            let off: libc::itimerspec = unsafe { std::mem::zeroed() };
+            // SAFETY: zeroed is a valid itimerspec; `old` is written by timer_settime.
+            let mut old: libc::itimerspec = unsafe { std::mem::zeroed() };
+            // SAFETY: our own timer, disarmed; its setting is kept to re-arm it.
+            (unsafe { libc::timer_settime(*id, 0, &off, &mut old) } == 0)
+                .then_some(PausedThreadTimer::Posix(tid, *id, old))
+        }
+        Armed::Perf(fd) => {
+            perf_event::disable(*fd);
+            Some(PausedThreadTimer::Perf(tid, *fd))
+        }
+    }
+}
+
+/// Re-arms a timer `pause_calling_thread` stopped, if the registry still holds it (profiling
+/// may have stopped meanwhile, and the id or descriptor may then belong to the program).
+pub fn resume(paused: PausedThreadTimer, limit: Duration) {
+    let Some(mut timers) = TIMERS.try_lock_for(limit) else {
+        return;
+    };
+    let Some(t) = running(&mut timers) else { return };
+    match paused {
+        PausedThreadTimer::Posix(tid, id, setting) => {
+            if matches!(t.armed.get(&tid), Some(Armed::Posix(armed)) if *armed == id) {
+                // SAFETY: our own timer, still registered.
+                unsafe { libc::timer_settime(id, 0, &setting, std::ptr::null_mut()) };
+            }
+        }
+        PausedThreadTimer::Perf(tid, fd) => {
+            if matches!(t.armed.get(&tid), Some(Armed::Perf(armed)) if *armed == fd) {
+                perf_event::enable(fd);
+            }
+        }
+    }
+}
+
 /// Refuses `perf_event_open` on a thread under a seccomp filter: sandboxes commonly kill the
 /// process on it (systemd's `SystemCallFilter=` leaves it out of `@system-service`).
 fn perf_allowed_here() -> io::Result<()> {

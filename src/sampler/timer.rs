@@ -36,7 +36,7 @@ impl Clock {
     }
 }
 
-struct Armed(libc::timer_t);
+struct Armed(libc::timer_t, Clock);
 // SAFETY: timer_t is an opaque kernel id, only passed to timer_delete.
 unsafe impl Send for Armed {}
 
@@ -66,7 +66,7 @@ pub fn start(clock: Clock, period_us: u64) -> io::Result<()> {
             libc::timer_delete(id);
             return Err(e);
         }
-        if let Some(Armed(old)) = TIMER.lock().replace(Armed(id)) {
+        if let Some(Armed(old, _)) = TIMER.lock().replace(Armed(id, clock)) {
             libc::timer_delete(old);
         }
     }
@@ -75,8 +75,40 @@ pub fn start(clock: Clock, period_us: u64) -> io::Result<()> {
 
 /// Deletes the process timer.
 pub fn stop() {
-    if let Some(Armed(id)) = TIMER.lock().take() {
+    if let Some(Armed(id, _)) = TIMER.lock().take() {
         // SAFETY: our own timer.
         unsafe { libc::timer_delete(id) };
+    }
+}
+
+/// The process timer, stopped but not deleted for an `exec` (see `session::process_end`),
+/// and its setting, to re-arm it if the exec fails.
+pub struct PausedTimer(libc::timer_t, libc::itimerspec);
+
+// SAFETY: timer_t is an opaque kernel id.
+unsafe impl Send for PausedTimer {}
+
+/// Stops the process timer if it runs; returns its signal and what `resume` needs. Waits at
+/// most `limit` for the lock (the caller may be a signal handler).
+pub fn pause(limit: std::time::Duration) -> Option<(c_int, PausedTimer)> {
+    let timer = TIMER.try_lock_for(limit)?;
+    let Armed(id, clock) = timer.as_ref()?;
+    // SAFETY: zeroed is a valid itimerspec; `old` is written by timer_settime on our timer.
+    unsafe {
+        let off: libc::itimerspec = std::mem::zeroed();
+        let mut old: libc::itimerspec = std::mem::zeroed();
+        (libc::timer_settime(*id, 0, &off, &mut old) == 0).then(|| (clock.signal(), PausedTimer(*id, old)))
+    }
+}
+
+/// Re-arms the timer `pause` stopped, if it still runs (profiling may have stopped meanwhile,
+/// and the id may then be the program's).
+pub fn resume(paused: PausedTimer, limit: std::time::Duration) {
+    let Some(timer) = TIMER.try_lock_for(limit) else {
+        return;
+    };
+    if matches!(timer.as_ref(), Some(Armed(id, _)) if *id == paused.0) {
+        // SAFETY: our own timer, still armed by the session.
+        unsafe { libc::timer_settime(paused.0, 0, &paused.1, std::ptr::null_mut()) };
     }
 }

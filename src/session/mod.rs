@@ -7,6 +7,7 @@ pub mod autostart;
 pub mod global;
 mod mappings;
 pub mod options;
+pub mod process_end;
 mod profile_file;
 mod timing;
 mod writer;
@@ -113,6 +114,7 @@ impl Session {
                 error: None,
                 mappings,
             };
+            let exit_summary = options.report_on_stderr.then(|| path.to_path_buf());
             let (tid_tx, tid_rx) = std::sync::mpsc::channel();
             // Every signal blocked: the program's signals go to its own threads, and SIGXFSZ
             // from a profile reaching RLIMIT_FSIZE becomes EFBIG here (all writes happen on
@@ -120,7 +122,7 @@ impl Session {
             let builder = std::thread::Builder::new().name("cpuprof-writer".into());
             let thread = crate::sys::thread::spawn_signal_free(builder, move || {
                 let _ = tid_tx.send(sampler::thread_timers::gettid());
-                writer::run(state, out, control, signal, source)
+                writer::run(state, out, control, signal, source, exit_summary)
             })
             .map_err(Error::Spawn)?;
             (thread, tid_rx.recv().ok())

@@ -98,8 +98,10 @@ pub fn taken_over(signal: c_int) -> bool {
 /// so the timers are disarmed now (perf fds closed once no handler of ours is in flight).
 pub fn stop_after_takeover(source: SampleSource, signal: c_int) {
     eprintln!(
-        "cpuprof: the application installed its own handler for signal {signal}; profiling stops here \
-         (the profile keeps the samples taken so far)"
+        "cpuprof: the application installed its own handler for signal {signal} ({}); profiling stops here, and \
+         the profile keeps the samples taken so far. To profile this program, give cpuprof a signal it leaves \
+         alone (CPUPROFILE_TIMER_SIGNAL=N), or use the program's own profiler (Go: runtime/pprof)",
+        signals::signal_name(signal)
     );
     let stopped = stop(source);
     if crate::sampler::wait_for_handlers() {

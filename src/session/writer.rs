@@ -12,15 +12,22 @@
 //! It also harvests the counts held in the table, first after one second and then at doubling
 //! intervals up to 30 s, so that a process killed without warning leaves a readable file with
 //! recent samples, while a long-running server does not grow its file with every tick.
+//!
+//! Code that ends the process without `atexit` (`_exit`, `exec`; see `process_end`) may run in
+//! a signal handler, so it cannot take the locks of [`WriterControl`]: it asks through the
+//! atomics below, wakes the writer with a futex, and waits on another, for a bounded time.
 
 use super::timing;
 use super::OutputFile;
 use crate::sampler::{self, SampleSource, SamplerState};
 use crate::sync::{Condvar, Mutex};
+use crate::sys::futex;
 use crate::sys::procfs::read_self_maps;
 use crate::unwind::dwarf::loaded_objects_generation;
 use crate::unwind::THREAD_STACKS;
 use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,6 +37,76 @@ const MAX_TICK: Duration = Duration::from_millis(50);
 const MIN_TICK: Duration = Duration::from_millis(5);
 const FIRST_HARVEST: Duration = Duration::from_secs(1);
 const MAX_HARVEST_INTERVAL: Duration = Duration::from_secs(30);
+
+/// The process whose writer thread runs (0: none). A forked or vfork'ed child inherits the
+/// number of its parent, so it never asks a writer that is not its own (nor touches the
+/// parent's memory, which a vfork child shares, beyond reading this).
+static WRITER_PID: AtomicU32 = AtomicU32::new(0);
+/// Bumped by every request; the writer sleeps on it between ticks.
+static WAKE: AtomicU32 = AtomicU32::new(0);
+/// Requests of the process-ending paths asked and served so far (served once the writer has
+/// written everything sampled before the request, or has finished the file).
+static ENDS_ASKED: AtomicU32 = AtomicU32::new(0);
+static ENDS_SERVED: AtomicU32 = AtomicU32::new(0);
+/// Set by `_exit`: the writer finishes the file (records, trailer, maps) and ends.
+static EXITING: AtomicBool = AtomicBool::new(false);
+
+fn wake_writer() {
+    WAKE.fetch_add(1, Ordering::SeqCst);
+    futex::wake_all(&WAKE);
+}
+
+/// What became of a request of a process-ending path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EndRequest {
+    /// No writer runs in this process (none started, or this is a forked child).
+    NoWriter,
+    Served,
+    /// The writer did not answer in time (it may be blocked on a lock the interrupted code
+    /// holds, when the request comes from a signal handler).
+    TimedOut,
+}
+
+/// Asks the writer thread to write everything sampled so far to the file (and with `exit`,
+/// the trailer and the maps, closing it) and waits for it, at most `limit`.
+/// Async-signal-safe: atomics, futexes and clock_gettime only.
+pub fn request_end(exit: bool, limit: Duration) -> EndRequest {
+    // SAFETY: getpid has no preconditions (and is not cached by glibc: right in a vfork child).
+    let pid = unsafe { libc::getpid() } as u32;
+    if WRITER_PID.load(Ordering::SeqCst) != pid {
+        return EndRequest::NoWriter;
+    }
+    if exit {
+        EXITING.store(true, Ordering::SeqCst);
+    }
+    let mine = ENDS_ASKED.fetch_add(1, Ordering::SeqCst).wrapping_add(1);
+    wake_writer();
+    let deadline = futex::monotonic_now() + limit;
+    loop {
+        let served = ENDS_SERVED.load(Ordering::SeqCst);
+        if served.wrapping_sub(mine) as i32 >= 0 {
+            return EndRequest::Served;
+        }
+        let now = futex::monotonic_now();
+        if now >= deadline {
+            return EndRequest::TimedOut;
+        }
+        futex::wait(&ENDS_SERVED, served, deadline - now);
+    }
+}
+
+/// Whether process `pid` has a writer thread running (false in a forked child).
+/// Async-signal-safe.
+pub fn runs_in(pid: u32) -> bool {
+    WRITER_PID.load(Ordering::SeqCst) == pid
+}
+
+/// The writer has closed the file: every request so far is answered.
+fn writer_gone() {
+    WRITER_PID.store(0, Ordering::SeqCst);
+    ENDS_SERVED.store(ENDS_ASKED.load(Ordering::SeqCst), Ordering::SeqCst);
+    futex::wake_all(&ENDS_SERVED);
+}
 
 /// Requests from the controlling thread to the writer thread.
 #[derive(Default)]
@@ -49,6 +126,7 @@ impl WriterControl {
     pub fn request_stop(&self) {
         self.state.lock().stop = true;
         self.changed.notify_all();
+        wake_writer();
     }
 
     /// Asks for everything sampled so far to reach the file, and waits until it has.
@@ -57,6 +135,7 @@ impl WriterControl {
         s.flush_requested += 1;
         let wanted = s.flush_requested;
         self.changed.notify_all();
+        wake_writer();
         while s.flush_done < wanted && !s.stop {
             self.changed.wait(&mut s);
         }
@@ -69,15 +148,19 @@ pub struct Finished {
     pub result: io::Result<()>,
 }
 
-/// Moves samples to `out` until asked to stop, then writes what is left, the trailer and the
-/// maps, and closes the file.
+/// Moves samples to `out` until asked to stop (or the process exits with `_exit`), then writes
+/// what is left, the trailer and the maps, and closes the file. `exit_summary`: the profile's
+/// path, if the summary line is to be printed when `_exit` ends the profile (`stop` prints it
+/// otherwise).
 pub fn run(
     state: Arc<SamplerState>,
     mut out: OutputFile,
     control: Arc<WriterControl>,
     profiling_signal: i32,
     source: SampleSource,
+    exit_summary: Option<PathBuf>,
 ) -> Finished {
+    WRITER_PID.store(std::process::id(), Ordering::SeqCst);
     let mut harvest_interval = FIRST_HARVEST;
     let mut next_harvest = Instant::now() + harvest_interval;
     let mut objects_seen = loaded_objects_generation();
@@ -86,16 +169,28 @@ pub fn run(
     let mut tick = MIN_TICK;
     let mut last_drain = Instant::now();
     loop {
+        let woken = WAKE.load(Ordering::SeqCst);
+        let idle = {
+            let s = control.state.lock();
+            !s.stop && s.flush_done == s.flush_requested
+        };
+        if idle && ENDS_ASKED.load(Ordering::SeqCst) == ENDS_SERVED.load(Ordering::SeqCst) {
+            futex::wait(&WAKE, woken, tick);
+        }
         let (stop, flush) = {
-            let mut s = control.state.lock();
-            if !s.stop && s.flush_done == s.flush_requested {
-                control.changed.wait_for(&mut s, tick);
-            }
+            let s = control.state.lock();
             (s.stop, s.flush_requested)
         };
-        if stop {
+        let ends_asked = ENDS_ASKED.load(Ordering::SeqCst);
+        let exiting = EXITING.load(Ordering::SeqCst);
+        if stop || exiting {
             out.write_pending(&state, true);
-            return out.finish();
+            let finished = out.finish();
+            if let Some(path) = exit_summary.filter(|_| exiting && !stop) {
+                print_exit_summary(&state, &finished, path);
+            }
+            writer_gone();
+            return finished;
         }
         if !taken_over && timing::taken_over(profiling_signal) {
             taken_over = true;
@@ -129,14 +224,38 @@ pub fn run(
             next_harvest = Instant::now() + harvest_interval;
         }
         let flushing = flush > control.state.lock().flush_done;
-        let drained = out.write_pending(&state, due || flushing);
+        let ending = ends_asked != ENDS_SERVED.load(Ordering::SeqCst);
+        let drained = out.write_pending(&state, due || flushing || ending);
         tick = next_tick(tick, drained, last_drain.elapsed(), state.table.ring_capacity_slots());
         last_drain = Instant::now();
         if flushing {
             control.state.lock().flush_done = flush;
             control.changed.notify_all();
         }
+        if ending {
+            ENDS_SERVED.store(ends_asked, Ordering::SeqCst);
+            futex::wake_all(&ENDS_SERVED);
+        }
     }
+}
+
+/// The `PROFILE:` line for a profile that `_exit` ended, written with write(2): the exiting
+/// thread may hold the lock of Rust's stderr handle (from a signal handler that interrupted it).
+fn print_exit_summary(state: &SamplerState, finished: &Finished, path: PathBuf) {
+    let report = super::Report {
+        path,
+        interrupts: state.interrupts.load(Ordering::Relaxed),
+        evictions: state.table.stats.evictions.load(Ordering::Relaxed),
+        bytes: finished.bytes,
+        lost: state.table.stats.lost.load(Ordering::Relaxed),
+        unsampled_threads: 0,
+    };
+    let line = match finished.result {
+        Ok(()) => report.summary_line(),
+        Err(_) => report.incomplete_summary_line(),
+    } + "\n";
+    // SAFETY: writes a live buffer to stderr; a short write loses part of the line only.
+    unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
 }
 
 /// The wait before the next drain: the time a quarter of the ring's capacity takes to fill at

@@ -7,5 +7,6 @@
 //! ([`fd::GuardedFd`], [`procfs`]).
 
 pub mod fd;
+pub mod futex;
 pub mod procfs;
 pub mod thread;

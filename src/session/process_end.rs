@@ -1,0 +1,148 @@
+//! Ends of the process that `atexit` never sees, for libcpuprof.so's interposers of `_exit`,
+//! `_Exit`, `quick_exit` and the `exec` family.
+//!
+//! Both paths may run in a forked or vfork'ed child (which must not touch the parent's file,
+//! nor, for vfork, write the memory it shares with the parent) and in a signal handler (a
+//! SIGTERM handler calling `_exit` is common; `execve` is async-signal-safe), where any lock or
+//! allocation could deadlock against the interrupted code. So the calling thread only reads
+//! the pid of the process whose writer runs, and otherwise uses atomics, futexes, signal-mask
+//! calls and locks tried for a bounded time: the writer thread does the work (allocating,
+//! reading /proc/self/maps) and the caller waits for it at most [`END_WAIT`]. If the writer is
+//! stuck (on a lock the interrupted code holds), the process ends anyway with the records
+//! harvested so far, and says so.
+//!
+//! Not covered, by choice: `abort` and fatal signals (the process state may be corrupt: heap
+//! corruption aborts from inside malloc, whose lock the writer would need; the harvested
+//! records stay readable as after SIGKILL), and `exit_group` made with `syscall()` directly
+//! (no libc entry point to interpose; rare outside runtimes such as Go's, which do not run
+//! under LD_PRELOAD profilers anyway).
+
+use super::writer::{self, EndRequest};
+use crate::sampler::{self, thread_timers, timer};
+use std::ffi::c_int;
+use std::time::Duration;
+
+/// How long the ending thread waits for the writer: ample for the final harvest, trailer and
+/// maps (milliseconds normally), short enough that a stuck writer delays the end little.
+pub const END_WAIT: Duration = Duration::from_secs(2);
+
+/// How long the exec path waits for a timer registry's lock. Held only briefly in normal
+/// operation (the writer's tick, a thread starting); not free within this, it is held by the
+/// code a signal handler interrupted.
+const LOCK_WAIT: Duration = Duration::from_millis(200);
+
+/// Before `_exit`: the writer writes everything sampled, the trailer and the maps, and closes
+/// the file. Nothing happens in a process whose writer is not its own (forked child).
+pub fn before_exit() {
+    let errno = save_errno();
+    if writer::request_end(true, END_WAIT) == EndRequest::TimedOut {
+        say(b"cpuprof: the profile could not be completed before the process ended; it holds the records written so far\n");
+    }
+    restore_errno(errno);
+}
+
+/// What `before_exec` changed, to undo if the exec fails.
+pub struct ExecPrepared {
+    thread_timer: Option<thread_timers::PausedThreadTimer>,
+    process_timer: Option<timer::PausedTimer>,
+}
+
+/// Before an `exec` of the profiling process: stops the timer that can signal the calling
+/// thread (its own per-thread timer, or the process-wide one), takes any profiling signal
+/// already queued off the queue (kernels before 6.13 deliver a signal queued during `execve`
+/// to the new image, whose default action for it kills), and has everything sampled so far
+/// written to the file. `exec_pc`: where the taken signals are counted (the exec function).
+/// Returns `None`, having done nothing, when this process does not profile (a forked child).
+/// The signal mask is as the caller had it when this returns.
+pub fn before_exec(exec_pc: u64) -> Option<ExecPrepared> {
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() } as u32;
+    if !writer::runs_in(pid) {
+        return None;
+    }
+    let errno = save_errno();
+    // Per-thread timers: the signal is known first and blocked while the timer is stopped.
+    // The process timer's is known once it is paused; a signal landing before it is blocked
+    // is delivered to the handler as usual.
+    let thread_signal = thread_timers::running_signal(LOCK_WAIT);
+    let mut old_mask = thread_signal.map(block);
+    let thread_timer = thread_signal.and_then(|_| thread_timers::pause_calling_thread(LOCK_WAIT));
+    let (process_signal, process_timer) = match thread_signal {
+        Some(_) => (None, None),
+        None => timer::pause(LOCK_WAIT).unzip(),
+    };
+    if let Some(signal) = thread_signal.or(process_signal) {
+        let old = *old_mask.get_or_insert_with(|| block(signal));
+        take_queued(signal, exec_pc);
+        // SAFETY: restores the caller's mask.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    }
+    if writer::request_end(false, END_WAIT) == EndRequest::TimedOut {
+        say(b"cpuprof: the samples before exec could not all be written to the profile\n");
+    }
+    restore_errno(errno);
+    Some(ExecPrepared {
+        thread_timer,
+        process_timer,
+    })
+}
+
+impl ExecPrepared {
+    /// The exec failed: profiling goes on as before.
+    pub fn exec_failed(self) {
+        let errno = save_errno();
+        if let Some(paused) = self.thread_timer {
+            thread_timers::resume(paused, LOCK_WAIT);
+        }
+        if let Some(paused) = self.process_timer {
+            timer::resume(paused, LOCK_WAIT);
+        }
+        restore_errno(errno);
+    }
+}
+
+/// Blocks `signal` in the calling thread; returns the previous mask.
+fn block(signal: c_int) -> libc::sigset_t {
+    // SAFETY: plain signal-mask calls on locals.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, signal);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+        old
+    }
+}
+
+/// Takes every queued instance of `signal` (blocked by the caller) off the calling thread's and
+/// the process's queues, each counted as a sample at `pc`.
+fn take_queued(signal: c_int, pc: u64) {
+    // SAFETY: sigtimedwait with a zero timeout on a local set and siginfo; it never blocks.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, signal);
+        let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        while libc::sigtimedwait(&set, &mut info, &zero) == signal {
+            sampler::handler::record_taken_signal(&info, pc);
+        }
+    }
+}
+
+fn save_errno() -> c_int {
+    // SAFETY: the calling thread's errno.
+    unsafe { *libc::__errno_location() }
+}
+
+fn restore_errno(errno: c_int) {
+    // SAFETY: the calling thread's errno.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+/// Writes a message to stderr without Rust's stderr lock (the caller may be a signal handler
+/// that interrupted its holder).
+fn say(message: &[u8]) {
+    // SAFETY: writes a live buffer to fd 2.
+    unsafe { libc::write(2, message.as_ptr().cast(), message.len()) };
+}
