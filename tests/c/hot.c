@@ -46,11 +46,19 @@ static double cpu_seconds(void) {
   return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+/* Each round's length varies (hot_a still does exactly 3x hot_b's work in every round), so the
+ * loop has no period for a tick-driven timer to fall into step with: a strictly periodic loop
+ * whose period divides the 4 ms kernel tick is sampled at the same points tick after tick
+ * (CPUPROF_PERIODIC=1 keeps the fixed rounds, for bench/sampling_accuracy.py). */
 static void work(double seconds) {
+  int periodic = getenv("CPUPROF_PERIODIC") != NULL;
+  unsigned long state = 12345;
   double end = cpu_seconds() + seconds;
   while (cpu_seconds() < end) {
-    hot_a(200000);
-    hot_b(200000);
+    state = state * 6364136223846793005UL + 1442695040888963407UL;
+    unsigned long n = periodic ? 200000 : 100000 + (state >> 33) % 200000;
+    hot_a(n);
+    hot_b(n);
   }
 }
 
