@@ -37,6 +37,18 @@ fn exports_exactly_the_profiler_h_functions() {
         // Interposed so that our signals wait while the program's handlers run on their
         // (possibly tiny) alternate signal stacks.
         "sigaction",
+        // Interposed so that the ends of the process atexit does not see complete the profile.
+        "_exit",
+        "_Exit",
+        "quick_exit",
+        // Interposed so that no profiling signal reaches an exec'd image and the samples before
+        // the exec are written.
+        "execve",
+        "execv",
+        "execvp",
+        "execvpe",
+        "fexecve",
+        "execveat",
     ];
     expected.sort();
     assert_eq!(exported, expected);
