@@ -32,6 +32,12 @@ const PAGE: u64 = 4096;
 /// warning on stderr. Damage that is not a cut (a zero count in the middle, a depth no stack
 /// has) stays an error, as does a bad header.
 pub fn read(file: &Path, bytes: &[u8], locator: &Locator) -> Result<Profile, String> {
+    if bytes.is_empty() {
+        return Err(format!(
+            "{}: empty: the process ended before the profiler wrote anything (gperftools writes nothing until its 2 MiB buffer fills or it stops; cpuprof writes its first records after one second)",
+            file.display()
+        ));
+    }
     let (mut profile, defect) = Profile::parse_lenient(bytes).map_err(|e| format!("{}: {e}", file.display()))?;
     let mut missing = Vec::new();
     if let Some(defect) = &defect {
