@@ -1,5 +1,6 @@
 //! `cpuprof`: records, reads, compares and converts raw gperftools-format CPU profiles.
 
+mod cut_short;
 mod dcpi;
 mod diff;
 mod merge;
@@ -91,6 +92,10 @@ enum Command {
         /// Functions shown after the run.
         #[arg(short = 'n', long, default_value_t = 10)]
         count: usize,
+        /// How the processes are reported: `auto`, one report per program with the processes
+        /// of one executable merged; `all` (or `--merge` alone), all in one; `none`, each alone.
+        #[arg(long, value_enum, default_value = "auto", num_args = 0..=1, default_missing_value = "all")]
+        merge: record::MergeMode,
         /// The program and its arguments.
         #[arg(required = true, last = true)]
         command: Vec<String>,
@@ -163,6 +168,9 @@ Exit status 3 when something is flagged.")]
         output: PathBuf,
         #[arg(required = true)]
         files: Vec<PathBuf>,
+        /// For profiles cut short without maps: the program's executable.
+        #[command(flatten)]
+        symbols: Symbols,
     },
     /// Print the header, every record and the mapped objects.
     Dump { file: PathBuf },
@@ -187,10 +195,15 @@ fn run(command: Command) -> Result<u8, String> {
             frequency,
             output,
             count,
+            merge,
             command,
         } => {
+            let before = record::Before::snapshot(&output);
             let outcome = record::run(&command, &output, frequency)?;
-            summarise_recording(&output, count, outcome.killed_by);
+            if let Some(sig) = outcome.killed_by {
+                eprintln!("cpuprof: the program was killed by signal {sig}; its profile ends where it was killed");
+            }
+            record::summarise(&before.written(&output, outcome.pid), &command, count, merge);
             Ok(outcome.code)
         }
         Command::Top {
@@ -221,7 +234,7 @@ fn run(command: Command) -> Result<u8, String> {
                     // With --history the single positional argument is NEW.
                     let new = new.or(base).ok_or("diff --history needs the NEW profile")?;
                     let past = read_history(&dir, &locator)?;
-                    let latest = Stacks::symbolise(&read_profile(&new)?, &locator);
+                    let latest = Stacks::symbolise(&read_profile(&new, &locator)?, &locator);
                     let header = format!(
                         "{} ({} samples) against {} profiles in {}",
                         new.display(),
@@ -237,8 +250,8 @@ fn run(command: Command) -> Result<u8, String> {
                         new.ok_or("diff needs BASE and NEW")?,
                     );
                     let (a, b) = (
-                        Stacks::symbolise(&read_profile(&base)?, &locator),
-                        Stacks::symbolise(&read_profile(&new)?, &locator),
+                        Stacks::symbolise(&read_profile(&base, &locator)?, &locator),
+                        Stacks::symbolise(&read_profile(&new, &locator)?, &locator),
                     );
                     let header = format!(
                         "{} ({} samples) -> {} ({} samples)",
@@ -254,7 +267,8 @@ fn run(command: Command) -> Result<u8, String> {
             Ok(if changes.is_empty() { 0 } else { 3 })
         }
         Command::Collapse { file, output, symbols } => {
-            let stacks = Stacks::symbolise(&read_profile(&file)?, &symbols.into());
+            let locator: Locator = symbols.into();
+            let stacks = Stacks::symbolise(&read_profile(&file, &locator)?, &locator);
             let mut text = stacks.folded().join("\n");
             text.push('\n');
             match output {
@@ -277,8 +291,8 @@ fn run(command: Command) -> Result<u8, String> {
             output,
             symbols,
         } => {
-            let profile = read_profile(&file)?;
             let locator: Locator = symbols.into();
+            let profile = read_profile(&file, &locator)?;
             match target {
                 Target::Pprof => pprof_out::write(&pprof_out::encode(&profile, &locator), &output)?,
                 Target::Dcpi => {
@@ -292,12 +306,13 @@ fn run(command: Command) -> Result<u8, String> {
             }
             Ok(0)
         }
-        Command::Merge { output, files } => {
+        Command::Merge { output, files, symbols } => {
+            let locator: Locator = symbols.into();
             let mut profiles = Vec::new();
             let mut progress = progress::Progress::new("reading", files.len());
             for (i, f) in files.iter().enumerate() {
                 progress.update(i);
-                profiles.push((f.display().to_string(), read_profile(f)?));
+                profiles.push((f.display().to_string(), read_profile(f, &locator)?));
             }
             drop(progress);
             let (bytes, total) = merge::merge(&profiles)?;
@@ -319,7 +334,19 @@ fn run(command: Command) -> Result<u8, String> {
             }
         }
         Command::Check { file } => {
-            let profile = read_profile(&file)?;
+            let bytes = read_bytes(&file)?;
+            let profile = Profile::parse(&bytes).map_err(|e| {
+                // A cut-short file is still a defect here, but the other commands read it.
+                let readable = match Profile::parse_lenient(&bytes) {
+                    Ok((p, _)) if p.records > 0 => format!(
+                        "; top, collapse, convert, flamegraph, merge and diff read the {} records ({} samples) before it",
+                        p.records,
+                        p.total_samples()
+                    ),
+                    _ => String::new(),
+                };
+                format!("{}: {e}{readable}", file.display())
+            })?;
             println!(
                 "{}: valid {} profile, period {} us, {} records, {} distinct stacks, {} samples, {} mappings",
                 file.display(),
@@ -335,32 +362,13 @@ fn run(command: Command) -> Result<u8, String> {
     }
 }
 
-/// After `record`: samples, CPU time and the top functions, on stderr (stdout is the
-/// program's). A program killed by a signal leaves no trailer; the flushed records still count.
-fn summarise_recording(output: &Path, count: usize, killed_by: Option<i32>) {
-    let Ok(bytes) = std::fs::read(output) else {
-        eprintln!("cpuprof: no profile was written to {}", output.display());
-        return;
-    };
-    match Profile::parse_lenient(&bytes) {
-        Ok((profile, defect)) => {
-            if let (Some(e), Some(sig)) = (&defect, killed_by) {
-                eprintln!("cpuprof: the program was killed by signal {sig}; profile incomplete ({e})");
-            }
-            let stacks = Stacks::symbolise(&profile, &Locator::default());
-            eprintln!("cpuprof: profile written to {}", output.display());
-            eprint!("{}", report::top(&stacks, false, count));
-        }
-        Err(e) => eprintln!("cpuprof: {}: {e}", output.display()),
-    }
-}
-
 fn read_bytes(file: &Path) -> Result<Vec<u8>, String> {
     std::fs::read(file).map_err(|e| format!("cannot read {}: {e}", file.display()))
 }
 
-fn read_profile(file: &Path) -> Result<Profile, String> {
-    Profile::parse(&read_bytes(file)?).map_err(|e| format!("{}: {e}", file.display()))
+/// A raw profile; one cut short is read up to the cut, with a warning (see [`cut_short`]).
+fn read_profile(file: &Path, locator: &Locator) -> Result<Profile, String> {
+    cut_short::read(file, &read_bytes(file)?, locator)
 }
 
 /// A raw profile, a DCPI profile, or a directory of DCPI profiles, symbolised.
@@ -383,7 +391,7 @@ fn read_stacks(file: &Path, locator: &Locator) -> Result<Stacks, String> {
         let profile = dcpi::parse(&bytes).map_err(|e| format!("{}: {e}", file.display()))?;
         return Ok(dcpi::stacks(&[profile], locator));
     }
-    let profile = Profile::parse(&bytes).map_err(|e| format!("{}: {e}", file.display()))?;
+    let profile = cut_short::read(file, &bytes, locator)?;
     Ok(Stacks::symbolise(&profile, locator))
 }
 
@@ -404,7 +412,7 @@ fn read_history(dir: &Path, locator: &Locator) -> Result<Vec<Stacks>, String> {
     let mut progress = progress::Progress::new("reading history", files.len());
     for (i, path) in files.iter().enumerate() {
         progress.update(i);
-        match Profile::parse(&read_bytes(path)?) {
+        match cut_short::read(path, &read_bytes(path)?, locator) {
             Ok(p) => out.push(Stacks::symbolise(&p, locator)),
             Err(e) => eprintln!("cpuprof: skipping {}: {e}", path.display()),
         }

@@ -1,0 +1,62 @@
+/* One program in several processes: `self_exec N` forks, the child execs this program with
+ * N - 1, and both burn CPU in hot_a (3 units) and hot_b (1 unit) for 0.3 s; the parent waits
+ * for the child and fails if it failed. N + 1 processes in all; only the first prints
+ * "checksum 1". */
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static volatile unsigned long sink;
+
+__attribute__((always_inline)) static inline unsigned long burn(unsigned long n) {
+  unsigned long x = n;
+  for (unsigned long i = 0; i < n; i++) {
+    x = x * 6364136223846793005UL + i;
+    __asm__ volatile("" : "+r"(x));
+  }
+  return x;
+}
+
+__attribute__((noinline)) void hot_a(unsigned long n) { sink += burn(3 * n); }
+__attribute__((noinline)) void hot_b(unsigned long n) { sink += burn(n); }
+
+static double cpu_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Rounds of varying length, so that they do not keep in step with the scheduler tick. */
+static void work(double seconds) {
+  unsigned long state = (unsigned long)getpid();
+  double end = cpu_seconds() + seconds;
+  while (cpu_seconds() < end) {
+    state = state * 6364136223846793005UL + 1442695040888963407UL;
+    unsigned long n = 100000 + (state >> 33) % 200000;
+    hot_a(n);
+    hot_b(n);
+  }
+}
+
+int main(int argc, char **argv) {
+  int n = argc > 1 ? atoi(argv[1]) : 0;
+  int first = argc <= 2;
+  pid_t child = -1;
+  if (n > 0) {
+    child = fork();
+    if (child == 0) {
+      char count[16];
+      snprintf(count, sizeof count, "%d", n - 1);
+      execl("/proc/self/exe", argv[0], count, "child", (char *)NULL);
+      _exit(127);
+    }
+  }
+  work(0.3);
+  int status = 0;
+  if (child > 0 && (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0))
+    return 1;
+  if (first) printf("checksum %d\n", sink != 0);
+  return 0;
+}
