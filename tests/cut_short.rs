@@ -295,7 +295,7 @@ fn merge_and_diff_read_cut_profiles() {
     let program: PathBuf = compile_c(&dir, "cut_short.c", "cut_short", FLAGS, false);
     let (a, b) = (dir.join("cut_short.a.prof"), dir.join("cut_short.b.prof"));
     run_both(&program, "kill", &a, "1000");
-    run_both(&program, "exit", &b, "1000");
+    run_both(&program, "kill", &b, "1000");
     let merged = dir.join("merged.prof");
     let out = cpuprof(&[
         "merge",

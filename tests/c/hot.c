@@ -52,11 +52,13 @@ static double cpu_seconds(void) {
  * (CPUPROF_PERIODIC=1 keeps the fixed rounds, for bench/sampling_accuracy.py). */
 static void work(double seconds) {
   int periodic = getenv("CPUPROF_PERIODIC") != NULL;
-  unsigned long state = 12345;
+  struct timespec seed;
+  clock_gettime(CLOCK_MONOTONIC, &seed);
+  unsigned long state = (unsigned long)seed.tv_nsec ^ (unsigned long)getpid() << 32;
   double end = cpu_seconds() + seconds;
   while (cpu_seconds() < end) {
     state = state * 6364136223846793005UL + 1442695040888963407UL;
-    unsigned long n = periodic ? 200000 : 100000 + (state >> 33) % 200000;
+    unsigned long n = periodic ? 200000 : 20000 + (state >> 33) % 360000;
     hot_a(n);
     hot_b(n);
   }
