@@ -9,11 +9,12 @@
 //! nothing allocates or locks during a walk; every stack read goes through [`StackReader`].
 //! Where no CFI covers a PC (JIT code, stripped tables), framehop follows the frame pointer.
 
+use super::rbx_cfa::{Lookup, RbxTables};
 use super::stack_reader::StackReader;
 use super::Registers;
 use crate::claim_pool::ClaimPool;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
-use framehop::{ExplicitModuleSectionInfo, Module, MustNotAllocateDuringUnwind, Unwinder};
+use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, MustNotAllocateDuringUnwind, Unwinder};
 use std::ffi::{c_int, c_void, CStr};
 
 type Policy = MustNotAllocateDuringUnwind;
@@ -24,6 +25,10 @@ const CACHES: usize = 16;
 pub struct DwarfUnwinder {
     unwinder: UnwinderX86_64<Vec<u8>, Policy>,
     caches: ClaimPool<CacheX86_64<Policy>>,
+    /// Frames framehop cannot step (CFA from rbx: ld.so's binding stubs) and how to follow rbx.
+    rbx: RbxTables,
+    /// Code ranges of the modules, sorted: a PC stepped from rbx must land in one.
+    texts: Vec<std::ops::Range<u64>>,
     /// `dl_iterate_phdr`'s load and unload counters when this snapshot was taken.
     generation: (u64, u64),
     modules: usize,
@@ -36,16 +41,22 @@ impl DwarfUnwinder {
         let mut unwinder = UnwinderX86_64::new();
         let mut modules = 0;
         let mut table_bytes = 0;
+        let mut rbx = RbxTables::default();
+        let mut texts = Vec::new();
         let generation = for_each_object(|object| {
-            if let Some(module) = object_module(object) {
+            if let Some(module) = object_module(object, &mut rbx) {
                 modules += 1;
                 table_bytes += module.1;
+                texts.push(module.0.avma_range());
                 unwinder.add_module(module.0);
             }
         });
+        texts.sort_by_key(|r| r.start);
         DwarfUnwinder {
             unwinder,
             caches: ClaimPool::new(CACHES, CacheX86_64::new_in),
+            rbx,
+            texts,
             generation,
             modules,
             table_bytes,
@@ -75,19 +86,89 @@ impl DwarfUnwinder {
         }
         let mut cache = self.caches.claim()?;
         let mut read = |addr: u64| stack.read(addr).ok_or(());
-        let start = UnwindRegsX86_64::new(regs.pc, regs.sp, regs.fp);
-        let mut frames = self.unwinder.iter_frames(regs.pc, start, &mut cache, &mut read);
-        let mut n = 0;
+        let mut state = UnwindRegsX86_64::new(regs.pc, regs.sp, regs.fp);
+        // The rbx of the frame being stepped, while it is known (see `rbx_cfa`).
+        let mut rbx = regs.rbx;
+        let mut address = FrameAddress::from_instruction_pointer(regs.pc);
+        out[0] = regs.pc;
+        let mut n = 1;
         while n < out.len() {
-            match frames.next() {
-                Ok(Some(frame)) if frame.address() >= 4096 => {
-                    out[n] = frame.address();
+            let lookup = if self.rbx.is_empty() {
+                Lookup::Untracked
+            } else {
+                self.rbx.lookup(address.address_for_lookup())
+            };
+            let next = match lookup {
+                Lookup::Tracked(Some(row)) if row.cfa_from_rbx.is_some() => {
+                    self.step_from_rbx(row, &mut rbx, &mut state, &mut read)
+                }
+                _ => {
+                    let next = self.unwinder.unwind_frame(address, &mut state, &mut cache, &mut read);
+                    // framehop set sp to this frame's CFA; recover the caller's rbx from it.
+                    rbx = match lookup {
+                        Lookup::Untracked => None,
+                        Lookup::Tracked(None) => rbx,
+                        Lookup::Tracked(Some(row)) => {
+                            row.rbx_at.and_then(|at| read(state.sp().wrapping_add_signed(at)).ok())
+                        }
+                    };
+                    next.ok().flatten()
+                }
+            };
+            match next.and_then(FrameAddress::from_return_address) {
+                Some(ret) if ret.address() >= 4096 => {
+                    out[n] = ret.address();
                     n += 1;
+                    address = ret;
                 }
                 _ => break,
             }
         }
         Some(n)
+    }
+}
+
+impl DwarfUnwinder {
+    /// Steps a frame whose CFA is `rbx + k` (`row`); `None` ends the walk: rbx unknown, or a
+    /// result that is not a caller's frame (CFA not above sp, return address outside code).
+    fn step_from_rbx(
+        &self,
+        row: super::rbx_cfa::Row,
+        rbx: &mut Option<u64>,
+        state: &mut UnwindRegsX86_64,
+        read: &mut impl FnMut(u64) -> Result<u64, ()>,
+    ) -> Option<u64> {
+        let cfa = rbx.and_then(|rbx| rbx.checked_add_signed(row.cfa_from_rbx?))?;
+        if cfa <= state.sp() {
+            return None;
+        }
+        let ret = read(cfa.wrapping_add_signed(row.ra_at)).ok()?;
+        if !self.is_code(ret.wrapping_sub(1)) {
+            return None;
+        }
+        let slot = |at: Option<i64>, read: &mut dyn FnMut(u64) -> Result<u64, ()>| {
+            at.and_then(|at| read(cfa.wrapping_add_signed(at)).ok())
+        };
+        let bp = slot(row.rbp_at, read).unwrap_or(state.bp());
+        *rbx = match row.rbx_at {
+            Some(at) => slot(Some(at), read),
+            None => *rbx,
+        };
+        state.set_sp(cfa);
+        state.set_bp(bp);
+        state.set_ip(ret);
+        Some(ret)
+    }
+
+    /// Whether `pc` lies in a loaded module's code. Async-signal-safe.
+    fn is_code(&self, pc: u64) -> bool {
+        let i = self.texts.partition_point(|r| r.start <= pc);
+        i.checked_sub(1).is_some_and(|i| self.texts[i].contains(&pc))
+    }
+
+    #[cfg(test)]
+    pub(crate) fn rbx_tables(&self) -> &RbxTables {
+        &self.rbx
     }
 }
 
@@ -128,7 +209,8 @@ fn for_each_object(mut f: impl FnMut(&libc::dl_phdr_info)) -> (u64, u64) {
 }
 
 /// A framehop module for one loaded object, with copies of its unwind tables, and their size.
-fn object_module(object: &libc::dl_phdr_info) -> Option<(Module<Vec<u8>>, usize)> {
+/// Rows that concern rbx go to `rbx` (see `rbx_cfa`).
+fn object_module(object: &libc::dl_phdr_info, rbx: &mut RbxTables) -> Option<(Module<Vec<u8>>, usize)> {
     // SAFETY: glibc passes dlpi_phnum program headers at dlpi_phdr.
     let headers = unsafe { std::slice::from_raw_parts(object.dlpi_phdr, object.dlpi_phnum as usize) };
     let bias = object.dlpi_addr;
@@ -154,6 +236,7 @@ fn object_module(object: &libc::dl_phdr_info) -> Option<(Module<Vec<u8>>, usize)
         .to_string_lossy()
         .into_owned();
     let bytes = eh_frame_hdr.len() + eh_frame.len();
+    rbx.build_module(&eh_frame, eh_frame_svma_start, bias, text_start..text_end);
     let info = ExplicitModuleSectionInfo {
         base_svma: 0,
         text_svma: Some(text_start..text_end),
@@ -213,7 +296,7 @@ mod tests {
         unsafe {
             std::arch::asm!("lea {}, [rip]", "mov {}, rsp", "mov {}, rbp", out(reg) pc, out(reg) sp, out(reg) fp);
         }
-        Registers { pc, sp, fp }
+        Registers { pc, sp, fp, rbx: None }
     }
 
     #[inline(never)]
