@@ -333,6 +333,45 @@ mod tests {
         );
     }
 
+    /// A sample interrupted in ld.so's binding stub, on a made-up stack: the caller comes from
+    /// rbx when rbx and the frame it gives are sound, and the walk stops otherwise.
+    #[test]
+    fn binding_stub_frames_step_from_rbx_or_not_at_all() {
+        let _fd = crate::unwind::safe_read::for_tests();
+        let unwinder = DwarfUnwinder::build();
+        let stub = unwinder.rbx_tables().stub_row().expect("ld.so's stub");
+        let (k, ra_at, rbx_at) = (stub.cfa_from_rbx.unwrap(), stub.ra_at, stub.rbx_at.unwrap());
+        let caller = walks_through_std_to_the_thread_entry as *const () as u64 + 1;
+        let mut mem = vec![0u64; 64];
+        let base = mem.as_ptr() as u64;
+        let rbx = base + 8 * 16;
+        let cfa = rbx.wrapping_add_signed(k);
+        let slot = |at: i64| (cfa.wrapping_add_signed(at) - base) as usize / 8;
+        mem[slot(ra_at)] = caller;
+        mem[slot(rbx_at)] = 0x1234;
+        let walk = |rbx: Option<u64>, out: &mut [u64]| {
+            let regs = Registers {
+                pc: stub.start,
+                sp: base,
+                fp: 0,
+                rbx,
+            };
+            let mut window = [0; 64];
+            unwinder
+                .walk(regs, &mut StackReader::new(base, None, &mut window), out)
+                .unwrap()
+        };
+        let mut out = [0u64; 8];
+        assert!(walk(Some(rbx), &mut out) >= 2);
+        assert_eq!(&out[..2], &[stub.start, caller]);
+
+        // rbx unknown, below sp, or pointing at a frame whose return address is not code.
+        assert_eq!(walk(None, &mut out), 1);
+        assert_eq!(walk(Some(base - 4096), &mut out), 1);
+        mem[slot(ra_at)] = 0x4141_4141_4141_4141;
+        assert_eq!(walk(Some(rbx), &mut out), 1);
+    }
+
     #[test]
     fn eh_frame_pointer_encodings() {
         let hdr = [1, 0x1b, 0x03, 0x3b, 0xfc, 0xff, 0xff, 0xff];

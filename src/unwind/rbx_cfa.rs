@@ -163,6 +163,16 @@ fn read_module(eh_frame: &[u8], eh_frame_svma: u64, bias: u64, text_svma: Range<
 }
 
 impl RbxTables {
+    /// The first row with an rbx-based CFA.
+    #[cfg(test)]
+    pub(crate) fn stub_row(&self) -> Option<Row> {
+        self.modules
+            .iter()
+            .flat_map(|m| m.rows.iter())
+            .find(|r| r.cfa_from_rbx.is_some())
+            .copied()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.modules.is_empty()
     }
@@ -215,12 +225,7 @@ mod tests {
         let unwinder = crate::unwind::DwarfUnwinder::build();
         let tables = unwinder.rbx_tables();
         assert!(!tables.is_empty(), "no rbx-based CFA in ld.so");
-        let stub = tables.modules[0]
-            .rows
-            .iter()
-            .find(|r| r.cfa_from_rbx.is_some())
-            .copied()
-            .unwrap();
+        let stub = tables.stub_row().unwrap();
         assert_eq!(tables.lookup(stub.start), Lookup::Tracked(Some(stub)));
         assert_eq!(stub.ra_at, -8);
         assert!(stub.rbx_at.is_some(), "the stub saves the caller's rbx: {stub:?}");
