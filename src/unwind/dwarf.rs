@@ -8,6 +8,8 @@
 //! objects changes. Walks claim a preallocated framehop cache from the snapshot's pool, so
 //! nothing allocates or locks during a walk; every stack read goes through [`StackReader`].
 //! Where no CFI covers a PC (JIT code, stripped tables), framehop follows the frame pointer.
+//! Frames whose CFA is defined from rbx (ld.so's lazy-binding stubs), which framehop would
+//! walk by frame pointer, are stepped here instead ([`super::rbx_cfa`]).
 
 use super::rbx_cfa::{Lookup, RbxTables, RbxTablesBuilder};
 use super::stack_reader::StackReader;
