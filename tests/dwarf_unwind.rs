@@ -185,3 +185,75 @@ fn dlopen_and_dlclose_while_profiling() {
         "its callers are found: {table:?}"
     );
 }
+
+/// `[start, end)` of `symbol` in a non-PIE `binary`, from `nm -S`.
+fn symbol_range(binary: &Path, symbol: &str) -> (u64, u64) {
+    let out = run_ok(
+        Path::new("nm"),
+        &["-S", "--defined-only", binary.to_str().unwrap()],
+        &[],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let fields = text
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.len() == 4 && f[3] == symbol)
+        .unwrap_or_else(|| panic!("{symbol} not in nm output"));
+    let hex = |s: &str| u64::from_str_radix(s, 16).unwrap();
+    (hex(fields[0]), hex(fields[0]) + hex(fields[1]))
+}
+
+#[test]
+fn walks_through_the_lazy_binding_stub() {
+    // With LD_BIND_NOT=1 every call through the PLT enters ld.so's binding stub
+    // (_dl_runtime_resolve_*), whose CFA is rbx-relative, and most samples land in the symbol
+    // lookup below it. Every sample must still reach main, and none may hold a PC outside code.
+    let dir = scratch_dir("lazy-plt");
+    let prog = compile_c(
+        &dir,
+        "lazy_plt.c",
+        "lazy_plt",
+        &[
+            "-O2",
+            "-fomit-frame-pointer",
+            "-no-pie",
+            "-Wl,-z,lazy",
+            "-Wl,--no-as-needed",
+            "-lm",
+        ],
+        false,
+    );
+    let main = symbol_range(&prog, "main");
+    let plain = run_ok(&prog, &["250000"], &[("LD_BIND_NOT", "1")]);
+    for hz in ["100", "4000"] {
+        let profile = dir.join(format!("lazy-{hz}.prof"));
+        let out = run_preloaded(
+            &prog,
+            &["250000"],
+            &profile,
+            &[("LD_BIND_NOT", "1"), ("CPUPROFILE_FREQUENCY", hz)],
+        );
+        assert_eq!(out.stdout, plain.stdout, "{hz} Hz: the program's output changed");
+        let parsed = read_profile(&profile);
+        let total = parsed.total_samples();
+        assert!(total >= 50, "{hz} Hz: only {total} samples");
+        let mut in_main = 0;
+        for sample in &parsed.samples {
+            for (i, &pc) in sample.pcs.iter().enumerate() {
+                // Return addresses point after their call: look up the call itself.
+                let at = if i == 0 { pc } else { pc - 1 };
+                assert!(
+                    parsed.maps.find(at).is_some_and(|m| m.is_executable()),
+                    "{hz} Hz: frame {i} {pc:#x} is not in code: {:x?}",
+                    sample.pcs
+                );
+            }
+            if sample.pcs.iter().any(|&pc| (main.0..main.1).contains(&(pc - 1))) {
+                in_main += sample.count;
+            }
+        }
+        let share = in_main as f64 / total as f64;
+        eprintln!("{hz} Hz: main on {in_main} of {total} samples");
+        assert!(share >= 0.95, "{hz} Hz: main on {in_main} of {total} samples");
+    }
+}

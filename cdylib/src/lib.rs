@@ -491,5 +491,6 @@ fn caller_registers() -> Registers {
         pc: ret,
         sp: fp,
         fp: caller_fp,
+        rbx: None,
     }
 }

@@ -14,6 +14,7 @@ pub unsafe fn interrupted_registers(uc: *const libc::c_void) -> Registers {
         pc: g[libc::REG_RIP as usize] as u64,
         sp: g[libc::REG_RSP as usize] as u64,
         fp: g[libc::REG_RBP as usize] as u64,
+        rbx: Some(g[libc::REG_RBX as usize] as u64),
     }
 }
 

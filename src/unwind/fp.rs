@@ -14,6 +14,9 @@ pub struct Registers {
     pub pc: u64,
     pub sp: u64,
     pub fp: u64,
+    /// rbx, which the DWARF walker needs to step through ld.so's lazy-binding stub
+    /// ([`super::rbx_cfa`]); `None` where the caller cannot know it.
+    pub rbx: Option<u64>,
 }
 
 /// Frames further apart than this are treated as garbage: no real frame is 64 MiB.
@@ -69,6 +72,7 @@ mod tests {
             pc: 0x999,
             sp: base,
             fp: base,
+            rbx: None,
         }
     }
 

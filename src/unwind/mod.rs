@@ -3,6 +3,7 @@
 
 pub mod dwarf;
 pub mod fp;
+pub mod rbx_cfa;
 pub mod safe_read;
 pub mod stack_reader;
 pub mod thread_stacks;
