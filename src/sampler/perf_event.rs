@@ -225,22 +225,6 @@ pub(super) unsafe fn rearm_and_weigh(fd: c_int) -> u64 {
     weight
 }
 
-/// The sampling periods of `fd`'s thread that its samples have not accounted for, for a thread
-/// that exits: the CPU time since the last sample, in periods, with the fraction rounded up
-/// with its probability (so short threads are counted in proportion to their length).
-pub fn unaccounted_periods(fd: c_int) -> u64 {
-    let (Some(s), period) = (slot(fd).filter(|_| is_ours(fd)), PERIOD_NS.load(Ordering::Relaxed)) else {
-        return 0;
-    };
-    let mut count: u64 = 0;
-    // SAFETY: reads the u64 count of our own event.
-    if period == 0 || unsafe { libc::read(fd, (&mut count as *mut u64).cast(), 8) } != 8 {
-        return 0;
-    }
-    let left = count.saturating_sub(ACCOUNTED[s].load(Ordering::Relaxed));
-    left / period + u64::from(super::thread_timers::random_below(period) < left % period)
-}
-
 // perf_event_open(2) constants and the attribute layout (PERF_ATTR_SIZE_VER5), which the libc
 // crate does not provide for glibc.
 const PERF_TYPE_SOFTWARE: u32 = 1;

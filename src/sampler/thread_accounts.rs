@@ -1,6 +1,5 @@
 //! What each thread's POSIX CPU timer owes it, so that a thread which exits between two kernel
-//! ticks is still counted (and the start routines of threads sampled by perf events, which
-//! settle from their event's count).
+//! ticks is still counted.
 //!
 //! A POSIX CPU timer's expiry is noticed only on the scheduler tick (every 4 ms here), so a
 //! thread that exits before the tick after its expiry never gets the signal: the same work split
@@ -55,8 +54,7 @@ fn find(tp: u64) -> Option<&'static Account> {
 }
 
 /// Opens the account of the calling thread `tp`, whose timer first expires when its CPU time
-/// reaches `first_expiry_ns` (`u64::MAX`: a timer without a lattice, a perf event, whose debt is
-/// read from the event at exit; the account then only keeps the start routine). Returns false when the table is full around `tp` (the thread is
+/// reaches `first_expiry_ns`. Returns false when the table is full around `tp` (the thread is
 /// then sampled by its signals only). Callers hold the timer registry's lock.
 pub fn open(tp: u64, first_expiry_ns: u64, start_routine: u64) -> bool {
     if tp <= TOMBSTONE {

@@ -178,8 +178,8 @@ pub fn close(perf_fds: Vec<c_int>) {
 
 /// Arms the calling thread if per-thread timers are running, and makes sure its timer is
 /// deleted when it exits. Called at the start of every thread created through
-/// `pthread_create` under libcpuprof.so (with the thread's start routine, to which the CPU time
-/// its timer has not sampled by its exit is charged), and by `ProfilerRegisterThread`.
+/// `pthread_create` under libcpuprof.so (with the thread's start routine, to which CPU time the
+/// timer owes at exit is charged), and by `ProfilerRegisterThread`.
 pub fn on_thread_start(start_routine: Option<usize>) {
     let tid = gettid();
     if let Some(t) = running(&mut TIMERS.lock()) {
@@ -226,10 +226,6 @@ impl Timers {
         if self.preferred == ThreadTimerKind::Perf {
             match self.arm_perf(tid) {
                 Ok(fd) => {
-                    if let Some(routine) = start_routine {
-                        // No lattice: an exiting thread reads its debt from the event's count.
-                        thread_accounts::open(thread_pointer(), u64::MAX, routine as u64);
-                    }
                     self.armed.insert(tid, Armed::Perf(fd));
                     return;
                 }
@@ -364,20 +360,16 @@ fn perf_allowed_here() -> io::Result<()> {
 /// Deletes the calling thread's timer at thread exit (pthread key destructor). The profiling
 /// signal is blocked first: no handler then runs between settling the thread's account and its
 /// end, nor between closing its perf fd and its end (it could otherwise re-arm an fd number
-/// another thread has just reused). What its timer owed is charged to its start routine.
+/// another thread has just reused). What its POSIX timer owed is charged to its start routine.
 extern "C" fn on_thread_exit(_value: *mut c_void) {
     let tid = gettid();
     if let Some(t) = running(&mut TIMERS.lock()) {
         if let Some(armed) = t.armed.remove(&tid) {
             signals::block_in_current_thread(t.signal);
-            let account = thread_accounts::settle(thread_pointer(), thread_accounts::thread_cpu_ns(), t.period_ns);
-            if let Some((lattice_owed, start_routine)) = account {
-                let owed = match armed {
-                    Armed::Posix(_) => lattice_owed,
-                    Armed::Perf(fd) => perf_event::unaccounted_periods(fd),
-                };
-                if owed > 0 {
-                    super::handler::record_outside_handler(&[start_routine], owed);
+            if matches!(armed, Armed::Posix(_)) {
+                let owed = thread_accounts::settle(thread_pointer(), thread_accounts::thread_cpu_ns(), t.period_ns);
+                if let Some((periods @ 1.., start_routine)) = owed {
+                    super::handler::record_outside_handler(&[start_routine], periods);
                 }
             }
             disarm(armed);
