@@ -20,7 +20,10 @@ fn known_answer() -> &'static (PathBuf, PathBuf) {
         let dir = scratch_dir("cli_known");
         let hot = compile_c(&dir, "hot.c", "hot", FLAGS, false);
         let profile = dir.join("hot.prof");
-        run_preloaded(&hot, &["1.5"], &profile, &[("CPUPROFILE_FREQUENCY", "1000")]);
+        // 4 s at the tick's rate: ~1000 independent stack observations, so the 75/25 answer holds
+        // within 4 points at 3 sampling errors (the default timer observes stacks on the 250 Hz
+        // tick; higher frequencies weight each observation, they do not add observations).
+        run_preloaded(&hot, &["4"], &profile, &[("CPUPROFILE_FREQUENCY", "250")]);
         (hot, profile)
     })
 }
@@ -229,7 +232,7 @@ fn version(dir: &Path, b_work: u32, run: usize) -> PathBuf {
         );
     }
     let profile = dir.join(format!("{name}.run{run}.prof"));
-    run_preloaded(&exe, &["1.5"], &profile, &[("CPUPROFILE_FREQUENCY", "1000")]);
+    run_preloaded(&exe, &["4"], &profile, &[("CPUPROFILE_FREQUENCY", "250")]);
     profile
 }
 
@@ -277,7 +280,7 @@ fn merge_sums_profiles_of_separate_processes() {
     let (hot, first) = known_answer();
     let dir = scratch_dir("cli_merge");
     let second = dir.join("second.prof");
-    run_preloaded(hot, &["0.5"], &second, &[("CPUPROFILE_FREQUENCY", "1000")]);
+    run_preloaded(hot, &["1"], &second, &[("CPUPROFILE_FREQUENCY", "250")]);
     let merged = dir.join("merged.prof");
     let out = cpuprof(&[
         "merge",
@@ -339,7 +342,7 @@ fn moved_binaries_are_found_and_substitutes_checked() {
     let dir = scratch_dir("cli_moved");
     let hot = compile_c(&dir, "hot.c", "hot", FLAGS, false);
     let profile = dir.join("hot.prof");
-    run_preloaded(&hot, &["0.5"], &profile, &[("CPUPROFILE_FREQUENCY", "1000")]);
+    run_preloaded(&hot, &["3"], &profile, &[("CPUPROFILE_FREQUENCY", "250")]);
     let elsewhere = dir.join("elsewhere");
     std::fs::create_dir_all(&elsewhere).unwrap();
     std::fs::rename(&hot, elsewhere.join("hot")).unwrap();

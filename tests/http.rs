@@ -219,7 +219,8 @@ fn one_profile_at_a_time_and_never_over_the_programs_own() {
     let (status, body) = get(&server.address, "/pprof/profile?seconds=1");
     assert_eq!(status, 409);
     assert!(String::from_utf8_lossy(&body).contains("already being profiled"));
-    std::thread::sleep(Duration::from_millis(500));
+    // ~1000 stack observations (the default timer observes on the 250 Hz tick) for the answer.
+    std::thread::sleep(Duration::from_secs(4));
     server.finish();
     assert_three_to_one("CPUPROFILE with the endpoint", &cpuprof_top(&file));
 }
