@@ -192,9 +192,12 @@ fn exec_leaves_no_profiling_signal_to_the_new_image_and_the_samples_before_it_in
                 // With every signal blocked the program is never sampled, but for the signal
                 // queued meanwhile, which is taken off the queue and counted (a POSIX timer's
                 // with its overruns; at 100 Hz the 0.6 s are up to 60 periods).
+                // Perf events count kernel time only as weight on the next user-mode sample,
+                // which the exec may cut off (0.49 s of 0.6 seen in a CI rehearsal).
                 let expected = match blocked {
                     "all" => 0.0..0.65,
                     _ if tick_limited(timer, frequency) => 0.01..0.75,
+                    _ if timer == "perf" => 0.4..0.75,
                     _ => 0.5..0.75,
                 };
                 assert!(
