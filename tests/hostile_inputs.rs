@@ -82,25 +82,6 @@ fn lines_of(stream: impl Read + Send + 'static) -> Receiver<String> {
     rx
 }
 
-/// One HTTP exchange with a read timeout: the status (0 if none came) and the body.
-fn exchange(address: &str, request: &[u8], timeout: Duration) -> (u16, Vec<u8>) {
-    let mut conn = TcpStream::connect(address).unwrap();
-    conn.set_read_timeout(Some(timeout)).unwrap();
-    let _ = conn.write_all(request);
-    let mut response = Vec::new();
-    let _ = conn.read_to_end(&mut response);
-    let head_end = response
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .unwrap_or(response.len());
-    let status = String::from_utf8_lossy(&response[..head_end])
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (status, response[(head_end + 4).min(response.len())..].to_vec())
-}
-
 /// Everything a server sends on a new connection, up to its close.
 fn raw_answer(address: &str) -> String {
     let mut conn = TcpStream::connect(address).unwrap();
@@ -111,7 +92,7 @@ fn raw_answer(address: &str) -> String {
 }
 
 fn get(address: &str, target: &str, timeout: Duration) -> (u16, Vec<u8>) {
-    exchange(
+    http_exchange(
         address,
         format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
         timeout,
@@ -192,7 +173,7 @@ fn symbol_lookups_in_dev_zero_and_fifo_mappings_answer_at_once() {
     let started = Instant::now();
     // Generous: the answer takes milliseconds; a reader stuck on the FIFO never answers and
     // one reading /dev/zero runs out of memory first.
-    let (status, answer) = exchange(&served.address, request.as_bytes(), Duration::from_secs(20));
+    let (status, answer) = http_exchange(&served.address, request.as_bytes(), Duration::from_secs(20));
     let took = started.elapsed();
     let answer = String::from_utf8_lossy(&answer).into_owned();
     assert_eq!(status, 200, "answer after {took:?}: {answer:?}");

@@ -5,7 +5,7 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -76,21 +76,7 @@ impl Server {
 
 /// One raw HTTP exchange: the status and the body.
 fn exchange(address: &str, request: &[u8]) -> (u16, Vec<u8>) {
-    let mut conn = TcpStream::connect(address).unwrap();
-    conn.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    conn.write_all(request).unwrap();
-    let mut response = Vec::new();
-    let _ = conn.read_to_end(&mut response);
-    let head_end = response
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .unwrap_or(response.len());
-    let status = String::from_utf8_lossy(&response[..head_end])
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (status, response[(head_end + 4).min(response.len())..].to_vec())
+    http_exchange(address, request, Duration::from_secs(60))
 }
 
 fn get(address: &str, target: &str) -> (u16, Vec<u8>) {

@@ -208,3 +208,24 @@ pub fn assert_three_to_one(reader: &str, table: &HashMap<String, f64>) {
         "{reader}: hot_a {a}%, hot_b {b}% (want 75/25 ± 4): {table:?}"
     );
 }
+
+/// One HTTP exchange over a new connection with a read timeout: the status (0 if none came)
+/// and the body.
+pub fn http_exchange(address: &str, request: &[u8], timeout: std::time::Duration) -> (u16, Vec<u8>) {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(address).unwrap();
+    conn.set_read_timeout(Some(timeout)).unwrap();
+    let _ = conn.write_all(request);
+    let mut response = Vec::new();
+    let _ = conn.read_to_end(&mut response);
+    let head_end = response
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or(response.len());
+    let status = String::from_utf8_lossy(&response[..head_end])
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, response[(head_end + 4).min(response.len())..].to_vec())
+}
