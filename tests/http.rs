@@ -375,6 +375,35 @@ fn a_stripped_program_is_named_for_both_readers_and_in_a_valid_protobuf() {
     }
     protobuf_is_valid_for_pprofs_profile_package(&server, &dir, &rows);
     assert!(server.finish().contains("checksum 1"));
+
+    // The unstripped build (-g) gets source lines from its .debug_line: those of the loop of
+    // `burn` (inlined) or of the hot function's own line.
+    let server = Server::run(&full, &["stdin"], &[]);
+    let (status, body) = get(&server.address, "/debug/pprof/profile?seconds=1");
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let file = dir.join("full.pb.gz");
+    std::fs::write(&file, &body).unwrap();
+    let report = pprof_check(&file);
+    assert!(
+        report.contains("/stripped_hot.full build_id=") && report.contains(" lines=true\n"),
+        "{report}"
+    );
+    let source = root().join("tests/c/stripped_hot.c");
+    let source = std::fs::read_to_string(source).unwrap();
+    let line_of = |text: &str| 1 + source.lines().position(|l| l.contains(text)).unwrap() as u64;
+    let lines = line_of("for (unsigned long i = 0; i < n; i++)")..=line_of("void hot_static_b");
+    let line = report
+        .lines()
+        .find_map(|l| l.strip_prefix("function hot_static_a "))
+        .and_then(|at| at.rsplit_once(':'))
+        .filter(|(file, _)| file.ends_with("tests/c/stripped_hot.c"))
+        .and_then(|(_, line)| line.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no line for hot_static_a\n{report}"));
+    assert!(
+        lines.contains(&line),
+        "hot_static_a at line {line}, not in {lines:?}\n{report}"
+    );
+    assert!(server.finish().contains("checksum 1"));
 }
 
 /// The endpoint's protobuf of the stripped program, read by pprof's `profile` package: valid,
@@ -414,6 +443,7 @@ fn protobuf_is_valid_for_pprofs_profile_package(server: &Server, dir: &Path, row
     for (name, _) in rows {
         assert!(report.contains(&format!("function {name} ")), "{name}\n{report}");
     }
-    // Every location keeps its mapping, named or not.
+    // Every location keeps its mapping, named or not; no lines without .debug_line.
     assert!(report.contains(" without_mapping 0 "), "{report}");
+    assert!(report.contains(" with_lines 0 "), "{report}");
 }

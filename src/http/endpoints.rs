@@ -187,6 +187,19 @@ fn to_gzipped_protobuf(taken: &Taken) -> Result<Vec<u8>, String> {
         },
         |_| String::new(),
     );
+    // Lines only for named locations: a line without a function is nothing a reader shows.
+    let named: Vec<u64> = pprof
+        .locations
+        .iter()
+        .filter(|l| !l.frames.is_empty())
+        .map(|l| l.address)
+        .collect();
+    let lines = symbolizer.lines(&named);
+    for location in &mut pprof.locations {
+        if let (Some(frame), Some((file, line))) = (location.frames.first_mut(), lines.get(&location.address)) {
+            (frame.file, frame.line) = (file.clone(), *line);
+        }
+    }
     // The legacy file has no clock; the profile's own start and length are known here.
     let since_epoch = taken.started.duration_since(UNIX_EPOCH).unwrap_or_default();
     pprof.time_ns = u64::try_from(since_epoch.as_nanos()).unwrap_or(u64::MAX);

@@ -20,6 +20,7 @@
 //! are checked the same way before every read and write and before they are closed.
 
 mod endpoints;
+mod lines;
 mod request;
 mod symbols;
 

@@ -14,6 +14,7 @@
 //! needs three tables, and it keeps the preloaded library small. Names are returned as the
 //! symbol tables hold them (C++ and Rust names mangled; pprof demangles them).
 
+use super::lines::{self, Section};
 use crate::format::Maps;
 use gimli::{BaseAddresses, EhFrame, EhFrameOffset, LittleEndian, UnwindSection};
 use std::borrow::Cow;
@@ -29,6 +30,9 @@ struct FileSymbols {
     segments: Vec<(u64, u64, u64)>,
     /// Where `.eh_frame_hdr` is (`PT_GNU_EH_FRAME`), if the file has one.
     eh_frame_hdr: Option<Segment>,
+    /// The DWARF line tables and their strings, if the file has them uncompressed.
+    debug_line: Option<Section>,
+    debug_line_str: Option<Section>,
 }
 
 /// A program header's file offset, link-time address and size in the file.
@@ -76,6 +80,67 @@ impl Symbolizer {
     /// The function containing `addr`: its symbol, else `object+0xSTART` for the function
     /// the unwind tables give; `None` if neither covers it.
     pub fn function(&mut self, addr: u64) -> Option<Cow<'_, str>> {
+        let (object, svma) = self.locate(addr)?;
+        let functions = &object.symbols.functions;
+        let symbol = functions.partition_point(|f| f.0 <= svma).checked_sub(1);
+        if let Some(i) = symbol.filter(|&i| svma - functions[i].0 < functions[i].1.max(1)) {
+            return Some(Cow::Borrowed(functions[i].2.as_str()));
+        }
+        if object.unwind_functions.is_none() {
+            object.unwind_functions = Some(match (object.reopen(), object.symbols.eh_frame_hdr) {
+                (Some(file), Some(hdr)) => unwind_functions(&file, hdr, &object.symbols.segments),
+                _ => Vec::new(),
+            });
+        }
+        let ranges = object.unwind_functions.as_deref().unwrap_or_default();
+        let i = ranges.partition_point(|f| f.0 <= svma).checked_sub(1)?;
+        let (start, end) = ranges[i];
+        (svma < end).then(|| Cow::Owned(format!("{}+{start:#x}", object.name)))
+    }
+
+    /// The source file and line of each of `addresses` that the line tables of its object
+    /// cover (see `lines` for what is read and the bounds). Objects are taken in path order,
+    /// so which ones a request's budget reaches does not depend on hashing.
+    pub fn lines(&mut self, addresses: &[u64]) -> HashMap<u64, (String, u64)> {
+        let mut by_object: HashMap<String, Vec<(u64, u64)>> = HashMap::new();
+        for &addr in addresses {
+            if let Some((object, svma)) = self.locate(addr) {
+                by_object.entry(object.path.clone()).or_default().push((svma, addr));
+            }
+        }
+        let mut objects: Vec<_> = by_object.into_iter().collect();
+        objects.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut budget = lines::MAX_DEBUG_LINE_PER_REQUEST;
+        let mut out = HashMap::new();
+        for (path, mut wanted) in objects {
+            let Some(Some(object)) = self.files.get(&path) else {
+                continue;
+            };
+            let Some(debug_line) = object.symbols.debug_line else {
+                continue;
+            };
+            if debug_line.size > budget.min(lines::MAX_DEBUG_LINE) {
+                continue;
+            }
+            budget -= debug_line.size;
+            let Some(file) = object.reopen() else {
+                continue;
+            };
+            wanted.sort_unstable();
+            let svmas: Vec<u64> = wanted.iter().map(|w| w.0).collect();
+            let read = |offset, len| file.read_at(offset, len);
+            let answers = lines::lines(&read, debug_line, object.symbols.debug_line_str, &svmas);
+            for (&(_, addr), answer) in wanted.iter().zip(answers) {
+                if let Some(answer) = answer {
+                    out.insert(addr, answer);
+                }
+            }
+        }
+        out
+    }
+
+    /// The object mapped at `addr` (read at its first address) and `addr`'s link-time address.
+    fn locate(&mut self, addr: u64) -> Option<(&mut Object, u64)> {
         let map = self.maps.find(addr)?;
         let (path, file_offset) = (map.path.clone(), (addr - map.start).wrapping_add(map.offset));
         let object = self
@@ -83,30 +148,22 @@ impl Symbolizer {
             .entry(path.clone())
             .or_insert_with(|| path.starts_with('/').then(|| read_object(&path)).flatten())
             .as_mut()?;
-        let file = &object.symbols;
-        let &(off, _, vaddr) = file
+        let &(off, _, vaddr) = object
+            .symbols
             .segments
             .iter()
             .find(|&&(off, size, _)| off <= file_offset && file_offset - off < size)?;
         // Wrapping: the file's numbers may be anything; a wrong answer is only a wrong name.
-        let svma = (file_offset - off).wrapping_add(vaddr);
-        let symbol = file.functions.partition_point(|f| f.0 <= svma).checked_sub(1);
-        if let Some(i) = symbol.filter(|&i| svma - file.functions[i].0 < file.functions[i].1.max(1)) {
-            return Some(Cow::Borrowed(object.symbols.functions[i].2.as_str()));
-        }
-        let ranges = object.unwind_functions.get_or_insert_with(|| {
-            let same_file = open_regular(&object.path)
-                .filter(|(file, _)| file.metadata().is_ok_and(|m| (m.dev(), m.ino()) == object.identity));
-            match (same_file, object.symbols.eh_frame_hdr) {
-                (Some((file, size)), Some(hdr)) => {
-                    unwind_functions(&FileBytes { file, size }, hdr, &object.symbols.segments)
-                }
-                _ => Vec::new(),
-            }
-        });
-        let i = ranges.partition_point(|f| f.0 <= svma).checked_sub(1)?;
-        let (start, end) = ranges[i];
-        (svma < end).then(|| Cow::Owned(format!("{}+{start:#x}", object.name)))
+        Some((object, (file_offset - off).wrapping_add(vaddr)))
+    }
+}
+
+impl Object {
+    /// The object's file opened again, if the path still holds the same file.
+    fn reopen(&self) -> Option<FileBytes> {
+        let (file, size) = open_regular(&self.path)?;
+        let meta = file.metadata().ok()?;
+        ((meta.dev(), meta.ino()) == self.identity).then_some(FileBytes { file, size })
     }
 }
 
@@ -184,6 +241,8 @@ impl ReadAt for [u8] {
 const PT_LOAD: u32 = 1;
 const PT_GNU_EH_FRAME: u32 = 0x6474_e550;
 const SHT_SYMTAB: u32 = 2;
+const SHT_NOBITS: u32 = 8;
+const SHF_COMPRESSED: u64 = 0x800;
 const SHT_DYNSYM: u32 = 11;
 const STT_FUNC: u8 = 2;
 const STT_GNU_IFUNC: u8 = 10;
@@ -243,6 +302,7 @@ fn parse_elf(file: &(impl ReadAt + ?Sized)) -> Option<FileSymbols> {
     }
     let shdrs = file.read_at(shoff, shnum * shentsize)?;
     let section = |i: u64| i.checked_mul(shentsize);
+    (out.debug_line, out.debug_line_str) = line_sections(file, &shdrs, shentsize, shnum, u16_at(b, 0, 0x3e)?);
     // Prefer the full table; a stripped file still has the dynamic one.
     for wanted in [SHT_SYMTAB, SHT_DYNSYM] {
         for i in 0..shnum {
@@ -285,6 +345,47 @@ fn parse_elf(file: &(impl ReadAt + ?Sized)) -> Option<FileSymbols> {
     out.functions.sort();
     out.functions.dedup_by_key(|f| f.0);
     Some(out)
+}
+
+/// `.debug_line` and `.debug_line_str`, found by name through the section names' table
+/// (`e_shstrndx`); a compressed or absent one is `None`.
+fn line_sections(
+    file: &(impl ReadAt + ?Sized),
+    shdrs: &[u8],
+    shentsize: u64,
+    shnum: u64,
+    names_index: u64,
+) -> (Option<Section>, Option<Section>) {
+    let names = names_index
+        .checked_mul(shentsize)
+        .and_then(|sh| file.read_at(u64_at(shdrs, sh, 24)?, u64_at(shdrs, sh, 32)?))
+        .unwrap_or_default();
+    let (mut line, mut line_str) = (None, None);
+    for i in 0..shnum {
+        let Some(found) = (|| {
+            let sh = i.checked_mul(shentsize)?;
+            let at = usize::try_from(u32_at(shdrs, sh, 0)?).ok()?;
+            let name = names.get(at..)?;
+            let name = &name[..name.iter().position(|&c| c == 0)?];
+            let (kind, flags) = (u32_at(shdrs, sh, 4)?, u64_at(shdrs, sh, 8)?);
+            if kind == SHT_NOBITS as u64 || flags & SHF_COMPRESSED != 0 {
+                return None;
+            }
+            let section = Section {
+                offset: u64_at(shdrs, sh, 24)?,
+                size: u64_at(shdrs, sh, 32)?,
+            };
+            Some((name == b".debug_line", name == b".debug_line_str", section))
+        })() else {
+            continue;
+        };
+        match found {
+            (true, _, section) => line = Some(section),
+            (_, true, section) => line_str = Some(section),
+            _ => {}
+        }
+    }
+    (line, line_str)
 }
 
 /// `.eh_frame_hdr`'s encodings as every linker writes them (GNU ld, gold, lld, mold): the
@@ -347,6 +448,9 @@ fn unwind_functions(file: &(impl ReadAt + ?Sized), hdr: Segment, segments: &[(u6
 mod tests {
     use super::*;
 
+    /// The line of `a_function_of_this_test`'s `fn`, for the line-table test.
+    const FUNCTION_LINE: u32 = line!() + 3;
+
     #[inline(never)]
     fn a_function_of_this_test() -> u64 {
         std::hint::black_box(42)
@@ -361,6 +465,44 @@ mod tests {
         let libc_fn = libc::getpid as *const () as usize as u64;
         assert!(s.function(libc_fn).is_some_and(|n| n.contains("getpid")));
         assert_eq!(s.function(8), None);
+    }
+
+    #[test]
+    fn line_tables_give_this_process_source_lines() {
+        let mut s = Symbolizer::for_current_process();
+        let addr = a_function_of_this_test as *const () as usize as u64;
+        let lines = s.lines(&[addr + 1, 8]);
+        let (file, line) = lines.get(&(addr + 1)).expect("the test binary has .debug_line");
+        assert!(file.ends_with("src/http/symbols.rs"), "{file}");
+        assert!((FUNCTION_LINE..FUNCTION_LINE + 3).contains(&(*line as u32)), "{line}");
+        assert_eq!(lines.len(), 1);
+    }
+
+    #[test]
+    fn malformed_line_tables_give_nothing_without_panicking() {
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        let symbols = parse_elf(&exe[..]).unwrap();
+        let debug_line = symbols.debug_line.unwrap();
+        let addr = a_function_of_this_test as *const () as usize as u64;
+        let wanted = [addr, addr + 1];
+        for (cut, scramble) in [(exe.len() / 2, false), (exe.len(), true)] {
+            let mut bytes = exe[..cut].to_vec();
+            if scramble {
+                let start = usize::try_from(debug_line.offset).unwrap();
+                let end = (start + usize::try_from(debug_line.size).unwrap()).min(bytes.len());
+                for (i, b) in bytes[start..end].iter_mut().enumerate().filter(|(i, _)| i % 7 == 3) {
+                    *b = (i * 151 % 256) as u8;
+                }
+            }
+            let read = |offset, len| bytes.read_at(offset, len);
+            let _ = lines::lines(&read, debug_line, symbols.debug_line_str, &wanted);
+        }
+        let read = |offset, len| exe.read_at(offset, len);
+        let beyond = lines::Section {
+            offset: u64::MAX - 4,
+            size: 1 << 20,
+        };
+        assert!(lines::lines(&read, beyond, None, &wanted).iter().all(Option::is_none));
     }
 
     #[test]
