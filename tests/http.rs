@@ -374,6 +374,7 @@ fn a_stripped_program_is_named_for_both_readers_and_in_a_valid_protobuf() {
         );
     }
     protobuf_is_valid_for_pprofs_profile_package(&server, &dir, &rows);
+    symbol_lookups_name_stripped_code(&server, &stripped, &full);
     assert!(server.finish().contains("checksum 1"));
 
     // The unstripped build (-g) gets source lines from its .debug_line: those of the loop of
@@ -404,6 +405,38 @@ fn a_stripped_program_is_named_for_both_readers_and_in_a_valid_protobuf() {
         "hot_static_a at line {line}, not in {lines:?}\n{report}"
     );
     assert!(server.finish().contains("checksum 1"));
+}
+
+/// What go tool pprof sends for a mapping without names: `POST <profile URL>/../symbol` with
+/// `0xADDR+0xADDR...`. The static function's address in the running (PIE) program is its
+/// `nm` address in the unstripped build plus where the program's first segment is mapped.
+fn symbol_lookups_name_stripped_code(server: &Server, stripped: &Path, full: &Path) {
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", server.child.id())).unwrap();
+    let base = maps
+        .lines()
+        .find(|l| l.ends_with(stripped.to_str().unwrap()) && l.split_whitespace().nth(2) == Some("00000000"))
+        .and_then(|l| u64::from_str_radix(l.split('-').next()?, 16).ok())
+        .unwrap_or_else(|| panic!("{} not mapped:\n{maps}", stripped.display()));
+    let start = nm_address(full, "hot_static_b");
+    let body = format!("{:#x}+{:#x}", base + start + 4, base + nm_address(full, "hot_exported"));
+    for path in ["/debug/pprof/symbol", "/pprof/symbol"] {
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let (status, answer) = exchange(&server.address, request.as_bytes());
+        let answer = String::from_utf8_lossy(&answer);
+        assert_eq!(status, 200, "{path}: {answer}");
+        assert_eq!(
+            answer,
+            format!(
+                "{:#x}\tstripped_hot+{start:#x}\n{:#x}\thot_exported\n",
+                base + start + 4,
+                base + nm_address(full, "hot_exported")
+            ),
+            "{path}"
+        );
+    }
 }
 
 /// The endpoint's protobuf of the stripped program, read by pprof's `profile` package: valid,
