@@ -161,6 +161,8 @@ pub struct Report {
     /// CPU time of the baseline (the history's mean), the reference for `growth=N%`.
     pub base_seconds: f64,
     pub new_seconds: f64,
+    /// The baseline's samples and CPU seconds (not per unit), to say what would settle a change.
+    base_run: (u64, f64),
     /// Effects tested, and how many of them could be significant (Tarone).
     pub tested: usize,
     pub testable: usize,
@@ -196,7 +198,16 @@ pub fn compare(base: &Summary, new: &Summary, header: String, per_unit: bool, op
             }
         })
         .collect();
-    finish(rows, header, (base.seconds, new.seconds), per_unit, false, opts)
+    let base_run = (base.total, base.total as f64 * base.period_us as f64 / 1e6);
+    finish(
+        rows,
+        header,
+        (base.seconds, new.seconds),
+        base_run,
+        per_unit,
+        false,
+        opts,
+    )
 }
 
 /// `new` against the runs in `history`: the change from the history's mean, judged against the
@@ -227,7 +238,8 @@ pub fn against_history(history: &[Summary], new: &Summary, header: String, opts:
         })
         .collect();
     let base_seconds = history.iter().map(|h| h.seconds).sum::<f64>() / history.len().max(1) as f64;
-    finish(rows, header, (base_seconds, new.seconds), false, true, opts)
+    // Settle factors are not given against a history (see `finish`).
+    finish(rows, header, (base_seconds, new.seconds), (0, 0.0), false, true, opts)
 }
 
 /// The effect `a2 p2 - a1 p1` of a function with `x1` of `n1` observations before and `x2` of
@@ -332,6 +344,7 @@ fn finish(
     mut rows: Vec<Row>,
     header: String,
     (base_seconds, new_seconds): (f64, f64),
+    base_run: (u64, f64),
     per_unit: bool,
     history: bool,
     opts: Options,
@@ -363,7 +376,8 @@ fn finish(
     let z_needed = normal_quantile(limit);
     for row in rows.iter_mut().filter(|r| !r.share.significant && !r.time.significant) {
         let z = row.share.z.abs();
-        // A change below a tenth of a standard error shows no direction to settle.
+        // A change below a tenth of a standard error shows no direction to settle. Against a
+        // history, more samples in the new run do not shrink the runs' own spread: no factor.
         row.settle = (!history && z > 0.1).then(|| (z_needed / z).powi(2));
     }
     let size = |r: &Row| {
@@ -389,6 +403,7 @@ fn finish(
         rows,
         base_seconds,
         new_seconds,
+        base_run,
         tested,
         testable: order.len(),
         z_needed,
@@ -490,10 +505,13 @@ impl Report {
             let _ = writeln!(
                 out,
                 "settle: how many times the samples (in both runs) would make a change of this size significant \
-                 (|z| {:.1}), e.g. {} needs {:.1}x, if the change is real.",
+                 (|z| {:.1}), if it is real: {} needs {:.1}x, ~{:.0} samples per run ({:.1} s of CPU at this \
+                 frequency; faster than the kernel tick adds no observations, longer runs do).",
                 self.z_needed,
                 r.function,
-                r.settle.unwrap_or(1.0)
+                r.settle.unwrap_or(1.0),
+                r.settle.unwrap_or(1.0) * self.base_run.0 as f64,
+                r.settle.unwrap_or(1.0) * self.base_run.1,
             );
         }
         if self.history {
@@ -538,6 +556,18 @@ pub enum Gate {
     /// The run's total CPU time grew by at least this percentage. Two runs cannot tell this
     /// from the machine's noise: a plain threshold, to be set above the run-to-run variation.
     Total(f64),
+}
+
+impl std::fmt::Display for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            Gate::Significant => write!(f, "significant"),
+            Gate::Share(points) => write!(f, "share={points}"),
+            Gate::Growth(percent) => write!(f, "growth={percent}%"),
+            Gate::Seconds(seconds) => write!(f, "growth={seconds}s"),
+            Gate::Total(percent) => write!(f, "total={percent}%"),
+        }
+    }
 }
 
 impl FromStr for Gate {
@@ -588,7 +618,7 @@ impl Report {
             let total = 100.0 * (self.new_seconds / self.base_seconds.max(f64::MIN_POSITIVE) - 1.0);
             if matches!(gate, Gate::Total(percent) if total >= *percent) {
                 out.push(format!(
-                    "{gate:?}: the total CPU time grew {total:+.1}% ({:.6} s -> {:.6} s)",
+                    "{gate}: the total CPU time grew {total:+.1}% ({:.3} s -> {:.3} s)",
                     self.base_seconds, self.new_seconds
                 ));
             }
@@ -606,7 +636,7 @@ impl Report {
                 };
                 if failed {
                     out.push(format!(
-                        "{gate:?}: {} grew {:+.1} points of share, {:+.6} s ({:+.1}% of the baseline's time)",
+                        "{gate}: {} grew {:+.1} points of share, {:+.3} s ({:+.1}% of the baseline's time)",
                         r.function,
                         r.share.change(),
                         r.time.change(),
