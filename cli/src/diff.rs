@@ -519,11 +519,12 @@ impl Report {
         } else {
             let _ = writeln!(
                 out,
-                "time: the totals were {:.3} s and {:.3} s ({:+.1}%); time intervals are sampling error only, \
+                "time: the totals were {:.3} s and {:.3} s ({}); time intervals are sampling error only, \
                  the totals' run-to-run noise needs repeated runs (--history).",
                 self.base_seconds,
                 self.new_seconds,
-                100.0 * (self.new_seconds / self.base_seconds.max(f64::MIN_POSITIVE) - 1.0)
+                self.total_growth()
+                    .map_or("from nothing".to_string(), |g| format!("{g:+.1}%"))
             );
         }
         out
@@ -612,13 +613,22 @@ impl FromStr for Gate {
 
 impl Report {
     /// The conditions that fail, one line each naming the function and its change.
+    /// The growth of the total CPU time in percent; `None` (unbounded) from an empty baseline to
+    /// a profile with samples.
+    fn total_growth(&self) -> Option<f64> {
+        match (self.base_seconds > 0.0, self.new_seconds > 0.0) {
+            (true, _) => Some(100.0 * (self.new_seconds / self.base_seconds - 1.0)),
+            (false, true) => None,
+            (false, false) => Some(0.0),
+        }
+    }
+
     pub fn failures(&self, gates: &[Gate]) -> Vec<String> {
         let mut out = Vec::new();
         for gate in gates {
-            let total = 100.0 * (self.new_seconds / self.base_seconds.max(f64::MIN_POSITIVE) - 1.0);
-            if matches!(gate, Gate::Total(percent) if total >= *percent) {
+            if matches!(gate, Gate::Total(percent) if self.total_growth().is_none_or(|g| g >= *percent)) {
                 out.push(format!(
-                    "{gate}: the total CPU time grew {total:+.1}% ({:.3} s -> {:.3} s)",
+                    "{gate}: the total CPU time grew from {:.3} s to {:.3} s",
                     self.base_seconds, self.new_seconds
                 ));
             }

@@ -83,7 +83,9 @@ struct DiffCriteria {
     units: Option<(f64, f64)>,
     /// Exit with status 3 when a function grew significantly and by at least this much:
     /// `significant` (any significant growth), `share=POINTS`, `growth=PERCENT%` (of the
-    /// baseline's total time), `growth=SECONDS` with s, ms or us. Repeatable.
+    /// baseline's total time), `growth=SECONDS` with s, ms or us; or when the total CPU time
+    /// grew by `total=PERCENT%` (a plain threshold: set it above the run-to-run noise).
+    /// Repeatable; any condition met fails.
     #[arg(long, value_name = "CONDITION")]
     fail_on: Vec<diff::Gate>,
 }
@@ -163,12 +165,13 @@ enum Command {
 For each function: the change in its share (cumulative; --flat: self time) and in its CPU time
 (samples x period, per unit of work with --units), each with an interval. Counts are turned into
 independent observations first: the default timer looks at the stack once per kernel tick, so at
-1000 Hz on a 4 ms tick 1000 samples are ~250 observations. A change is marked * when significant
-after Holm's correction over all functions (--alpha family-wise); the largest changes are shown
+1000 Hz on a 4 ms tick 1000 samples are ~250 observations. A change of share is marked * when
+significant after Holm's correction over all functions (--alpha family-wise); times are not
+marked between two runs, whose totals vary by more than sampling. The largest changes are shown
 with their intervals whether significant or not, with how many times the samples would settle them.
 With --history DIR, NEW is compared with the mean of the profiles in DIR, judged against their
-run-to-run spread. Exit status 3 when something is significant, or with --fail-on, when a
-condition is met (each needs a significant growth).")]
+run-to-run spread, and times are marked too. Exit status 3 when something is significant, or with
+--fail-on, when a condition is met.")]
     Diff {
         /// The baseline profile (omit with --history).
         #[arg(required_unless_present = "history")]
