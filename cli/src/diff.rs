@@ -2,8 +2,9 @@
 //!
 //! For every function, two effects: the change in its share of the profile, and the change in
 //! its CPU time (samples x period, per unit of work when the runs' units are given). Shares
-//! compare runs of different lengths fairly; times say what a change costs, and catch a
-//! version that is faster or slower everywhere (where every share stays put).
+//! compare runs of different lengths fairly; times say what a change costs, and (against a
+//! history, which shows how much totals vary) catch a version slower everywhere, where every
+//! share stays put.
 //!
 //! **Intervals.** A share is a proportion of the profile's independent observations (see
 //! [`observations`]). Each profile's share gets a Wilson score interval, and a change gets
@@ -13,8 +14,8 @@
 //! from one profile still gets an honest interval.
 //!
 //! **Significance.** Each share change (and against a history, each time change too) is tested
-//! with a score test (the variance taken under "no change"). A profile has hundreds of functions, so testing each at 5 % would flag some noise
-//! in every diff. The p-values are corrected with Holm's step-down method, which bounds the
+//! with a score test (the variance taken under "no change"). A profile has hundreds of
+//! functions, so testing each at 5 % would flag some noise in every diff. The p-values are corrected with Holm's step-down method, which bounds the
 //! chance of marking *anything* when nothing changed (the family-wise error rate, `alpha`).
 //! Holm rather than Benjamini-Hochberg: a CI gate fails the build on a single mark, so what
 //! must be bounded is the chance of one false mark, not the share of false marks among many;
@@ -52,7 +53,9 @@ pub struct Options {
 /// weighted by the periods it covers (`1 + si_overrun`). At 1000 Hz a count of 1000 is ~250
 /// observations; counted as 1000, every interval would be half as wide as the data allow, and a
 /// second run of the same program would be flagged as changed. So each sample is worth
-/// `period / tick` observations, never more than one.
+/// `period / tick` observations, never more than one. Measured on 20 runs of 0.3 s at 1000 Hz
+/// (one at a time): hot_a's share varied by 5.25 points (SD), the tick model says 5.16, counting
+/// samples as observations 2.6.
 ///
 /// The file cannot say more: records merge every observation of one call chain into one count,
 /// so the weights of single signals are gone (a hot loop's few leaf addresses carry hundreds of
