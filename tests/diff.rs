@@ -15,7 +15,16 @@ use support::*;
 
 const FLAGS: &[&str] = &["-O2", "-fno-omit-frame-pointer"];
 
+/// Held while a profiled run or a `cpuprof` command runs: the tests' own processes never
+/// compete for the CPU with a profiled run (see [`record`]).
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn cpuprof(args: &[&str]) -> Output {
+    let _turn = one_at_a_time();
     Command::new(cli()).args(args).output().unwrap()
 }
 
@@ -42,17 +51,19 @@ fn program(b_work: u32) -> &'static Path {
     }
 }
 
-/// Profiles of `runs` = (hot_b work, seconds, frequency), recorded one at a time, also across
-/// tests: two profiled runs at once on this 2-core machine (load 9 from other work) varied far
-/// beyond sampling error (hot_a 46-88 % in 0.4 s runs, 4x the binomial variance; 0.35-0.39 s
-/// recorded of 0.4), one at a time they did not (65-82 %, 0.39-0.40 s).
+/// Profiles of `runs` = (hot_b work, seconds, frequency), recorded while no other process of
+/// these tests runs. Profiled runs competing with each other or with `cpuprof` commands on this
+/// 2-core machine (load 9-11 from other work) varied far beyond sampling error, and not at
+/// random: hot_a 46-88 % for 75 % in 0.4 s runs two at a time (4x the binomial variance, and
+/// 0.35-0.39 s recorded of 0.4), and single runs at 45.5 and 46.6 % (hot_b doubled, 10 % of
+/// the time missing) when they overlapped other tests' `cpuprof` commands. With nothing else of
+/// ours running: 65-82 %, SD 5.25 points against 5.16 for the sampling model.
 fn record(name: &str, runs: &[(u32, &str, &str)]) -> Vec<PathBuf> {
-    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
     let dir = scratch_dir(name);
     let mut paths = Vec::new();
     for (i, &(work, seconds, hz)) in runs.iter().enumerate() {
         let path = dir.join(format!("run{i}.prof"));
-        let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let _turn = one_at_a_time();
         run_preloaded(program(work), &[seconds], &path, &[("CPUPROFILE_FREQUENCY", hz)]);
         paths.push(path);
     }
