@@ -55,7 +55,11 @@ pub struct Options {
 /// second run of the same program would be flagged as changed. So each sample is worth
 /// `period / tick` observations, never more than one. Measured on 20 runs of 0.3 s at 1000 Hz
 /// (one at a time): hot_a's share varied by 5.25 points (SD), the tick model says 5.16, counting
-/// samples as observations 2.6.
+/// samples as observations 2.6. It is a ceiling: when the program competes for the CPU, its
+/// threads see fewer ticks than their CPU time spans (26-77 signals for 0.3 s here under a loop
+/// of short-lived processes, instead of ~75), so the intervals are too narrow and the shares
+/// skewed (hot_a 45.6 % for 75 %). The number of signals is printed when profiling stops but
+/// is not in the file; if the file carried it, this would be exact.
 ///
 /// The file cannot say more: records merge every observation of one call chain into one count,
 /// so the weights of single signals are gone (a hot loop's few leaf addresses carry hundreds of
