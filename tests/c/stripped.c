@@ -44,10 +44,10 @@ __attribute__((noinline)) static unsigned long spin_three(double seconds) {
   return x;
 }
 
-/* bare_spin(n): n iterations of a loop, with no .cfi directives, so no FDE covers it. */
+/* bare_spin(n): n iterations of a loop, with no .cfi directives, so no FDE covers it; local,
+ * so that it has no symbol left once stripped even when the program exports its globals. */
 unsigned long bare_spin(unsigned long n);
 __asm__(".text\n"
-        ".globl bare_spin\n"
         ".type bare_spin, @function\n"
         "bare_spin:\n"
         "  mov %rdi, %rax\n"
