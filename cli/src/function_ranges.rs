@@ -180,4 +180,29 @@ mod tests {
             let _ = FunctionRanges::read(&data[..len]);
         }
     }
+
+    #[test]
+    fn corrupted_unwind_tables_end_the_walk_without_harm() {
+        let mut data = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let (start, len) = {
+            let file = object::File::parse(&*data).unwrap();
+            let (offset, size) = file.section_by_name(".eh_frame").unwrap().file_range().unwrap();
+            (offset as usize, size as usize)
+        };
+        let intact = FunctionRanges::read(&data).ranges.len();
+        // Deterministic pseudo-random bytes over lengths, CIE pointers and encodings.
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        for round in 0..200 {
+            for _ in 0..8 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                data[start + (x as usize % len)] = (x >> 32) as u8;
+            }
+            let read = FunctionRanges::read(&data);
+            assert!(read.ranges.iter().all(|&(s, e)| s < e), "round {round}");
+            let _ = read.containing(x);
+        }
+        assert!(intact > 100, "{intact}");
+    }
 }
