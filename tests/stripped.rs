@@ -204,6 +204,49 @@ fn code_no_unwind_table_covers_stays_unnamed_for_the_reader() {
     }
 }
 
+#[test]
+fn unnamed_locations_let_pprof_symbolise_later() {
+    // The binary is gone when the profile is converted (moved after the run), so none of its
+    // addresses can be named then; given the binary afterwards, pprof names them itself.
+    let dir = scratch_dir("stripped_later");
+    let (full, _) = stripped_pair(&dir);
+    let program = dir.join("program");
+    std::fs::copy(&full, &program).unwrap();
+    let profile = dir.join("later.prof");
+    run_both(&program, &["4"], &profile, &[("CPUPROFILE_FREQUENCY", "250")]);
+    let moved = dir.join("program.moved");
+    std::fs::rename(&program, &moved).unwrap();
+    let pb = dir.join("later.pb.gz");
+    cpuprof(&[
+        "convert",
+        "--to",
+        "pprof",
+        "-o",
+        pb.to_str().unwrap(),
+        profile.to_str().unwrap(),
+    ]);
+    let raw = go_pprof_output(&["-raw", pb.to_str().unwrap()]);
+    assert!(!raw.contains("[program]"), "a baked-in name:\n{raw}");
+    let table = cum_percentages(&go_pprof_output(&[
+        "-top",
+        "-cum",
+        "-nodecount=1000",
+        moved.to_str().unwrap(),
+        pb.to_str().unwrap(),
+    ]));
+    for (function, want) in [
+        ("spin_one", 100.0 / 6.0),
+        ("spin_two", 200.0 / 6.0),
+        ("spin_three", 50.0),
+    ] {
+        let got = share(&table, function);
+        assert!(
+            (got - want).abs() <= 6.0,
+            "{function} {got}%, want {want:.1} ± 6: {table:?}"
+        );
+    }
+}
+
 /// How libc's `clone3` is named in stacks: by its symbol when libc's debug file is found, else
 /// by the unwind-table extent its child side has (`libc.so.6+0xSTART`, START within clone3,
 /// whose extent is found from libc6-dbg's symbol table).
