@@ -14,6 +14,9 @@ use std::collections::HashMap;
 use std::io::Read;
 use std::path::PathBuf;
 
+/// How many extents starting at or before an address a look-up examines.
+const MAX_OVERLAPS: usize = 64;
+
 /// Function extents `[start, end)` at link-time addresses, sorted by start.
 #[derive(Debug, Default)]
 pub struct FunctionRanges {
@@ -66,7 +69,7 @@ impl FunctionRanges {
             });
             if let Ok(fde) = fde {
                 let start = fde.initial_address();
-                // Wrapping is not wanted: an extent past the address space is malformed.
+                // An extent past the end of the address space is malformed: dropped.
                 if let Some(end) = start.checked_add(fde.len()).filter(|&end| end > start) {
                     ranges.push((start, end));
                 }
@@ -89,9 +92,12 @@ impl FunctionRanges {
     }
 
     /// The extent holding `svma`; of nested extents (rare: hand-written CFI), the innermost.
+    /// The walk back over extents that start earlier is bounded, so that a crafted table (one
+    /// extent over all the others) cannot make every look-up scan the whole table.
     pub fn containing(&self, svma: u64) -> Option<(u64, u64)> {
         let mut i = self.ranges.partition_point(|&(start, _)| start <= svma);
-        while i > 0 && self.reach[i - 1] > svma {
+        let stop = i.saturating_sub(MAX_OVERLAPS);
+        while i > stop && self.reach[i - 1] > svma {
             i -= 1;
             let (start, end) = self.ranges[i];
             if svma < end {
@@ -148,6 +154,14 @@ mod tests {
         assert_eq!(r.containing(0x200), None);
         assert_eq!(r.containing(0x30f), Some((0x300, 0x310)));
         assert_eq!(r.containing(u64::MAX), None);
+        // One extent over thousands of others: a gap between them is looked up in bounded
+        // steps (and found in none).
+        let mut crafted: Vec<(u64, u64)> = (1..10_000).map(|i| (i * 16, i * 16 + 8)).collect();
+        crafted.push((0, u64::MAX));
+        let r = FunctionRanges::new(crafted);
+        assert_eq!(r.containing(16 * 5000 + 8), None);
+        assert_eq!(r.containing(16 * 5000 + 4), Some((16 * 5000, 16 * 5000 + 8)));
+        assert_eq!(r.containing(8), Some((0, u64::MAX)));
     }
 
     #[test]
