@@ -3,6 +3,7 @@
 mod cut_short;
 mod dcpi;
 mod diff;
+mod function_ranges;
 mod merge;
 mod pprof_out;
 mod progress;
