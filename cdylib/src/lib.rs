@@ -15,7 +15,7 @@
 //! that if the exec fails. Not `execl`, `execle`, `execlp`: they are C-variadic, which stable
 //! Rust cannot define, and rustc does not export a C shim's symbols from a cdylib.
 
-use cpuprof_core::sampler::{signals, thread_timers, ThreadFilter};
+use cpuprof_core::sampler::{signals, thread_timers, StartChain, ThreadFilter, ROOT_FRAMES};
 use cpuprof_core::session::{autostart, global, process_end, Options};
 use cpuprof_core::unwind::{self, Registers, StackReader, THREAD_STACKS};
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -213,8 +213,18 @@ pub unsafe extern "C" fn pthread_create(
 extern "C" fn start_thread(call: *mut c_void) -> *mut c_void {
     // SAFETY: `call` is the box made by our pthread_create for this thread.
     let (start, arg) = *unsafe { Box::from_raw(call as *mut (StartRoutine, *mut c_void)) };
-    thread_timers::on_thread_start(Some(start as usize));
+    let mut callers = [0u64; ROOT_FRAMES];
+    let n = own_callers(&mut callers);
+    thread_timers::on_thread_start(Some(&StartChain::new(start as usize as u64, &callers[..n])));
     start(arg)
+}
+
+/// The call chain of the calling function (a return address inside it, then its callers),
+/// walked as samples are: a thread's start wrapper records it once, so that what the thread
+/// owes at exit is charged above the same frames as its other samples.
+#[inline(never)]
+fn own_callers(out: &mut [u64]) -> usize {
+    cpuprof_core::sampler::walk_outside_handler(caller_registers(), out)
 }
 
 /// The glibc functions interposed on process ends, in [`REAL`].

@@ -705,7 +705,7 @@ fn two_sided_t(t: f64, df: f64) -> f64 {
 
 /// The z with `two_sided_normal(z) == p`.
 fn normal_quantile(p: f64) -> f64 {
-    invert(|z| two_sided_normal(z), p)
+    invert(two_sided_normal, p)
 }
 
 fn t_quantile(p: f64, df: f64) -> f64 {

@@ -12,7 +12,7 @@ use super::walk_stack::Workspace;
 use super::{perf_event, thread_accounts};
 use crate::claim_pool::ClaimPool;
 use crate::table::{CallChainTable, TableConfig};
-use crate::unwind::{self, thread_pointer, DwarfUnwinder, StackReader, THREAD_STACKS};
+use crate::unwind::{self, thread_pointer, DwarfUnwinder, Registers, StackReader, THREAD_STACKS};
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -116,7 +116,13 @@ impl SamplerState {
             self.table.count_lost(weight);
             return;
         };
-        let regs = interrupted_registers(uc);
+        let n = self.walk(interrupted_registers(uc), &mut workspace);
+        self.table.record(&workspace.frames[..n], weight);
+    }
+
+    /// Walks the calling thread's stack from `regs` into `workspace.frames`, on the
+    /// workspace's own stack, as every sample is walked. Callers have incremented IN_FLIGHT.
+    fn walk(&self, regs: Registers, workspace: &mut Workspace) -> usize {
         let tp = thread_pointer();
         let top = THREAD_STACKS.vouched_top(tp, regs.sp);
         if top.is_none() {
@@ -126,16 +132,37 @@ impl SamplerState {
             UnwinderChoice::Auto => DWARF.load(Ordering::SeqCst),
             UnwinderChoice::FramePointer => std::ptr::null_mut(),
         };
-        let n = workspace.run(|frames, window| {
+        workspace.run(|frames, window| {
             let mut stack = StackReader::new(regs.sp, top, window);
             // SAFETY: a published unwinder stays alive while IN_FLIGHT is non-zero (`set_dwarf`).
             match unsafe { dwarf.as_ref() }.and_then(|d| d.walk(regs, &mut stack, frames)) {
                 Some(n) => n,
                 None => unwind::walk(regs, &mut stack, frames),
             }
-        });
-        self.table.record(&workspace.frames[..n], weight);
+        })
     }
+}
+
+/// The call chain from `regs` (the calling thread's), walked as samples are and copied into
+/// `out`, for call chains recorded outside the handler beside the ones it records: a thread's
+/// start notes what called its start routine. The walk runs on a workspace's own stack (a
+/// DWARF walk needs ~17 KiB, more than a small thread stack may have left); with no profile
+/// running or no workspace free, the chain is empty.
+pub fn walk_outside_handler(regs: Registers, out: &mut [u64]) -> usize {
+    IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+    // SAFETY: the state stays alive while IN_FLIGHT is non-zero (see `unpublish`).
+    let state = unsafe { CURRENT.load(Ordering::SeqCst).as_ref() };
+    let n = state.map_or(0, |state| {
+        let Some(mut workspace) = state.workspaces.claim() else {
+            return 0;
+        };
+        let n = state.walk(regs, &mut workspace);
+        let kept = n.min(out.len());
+        out[..kept].copy_from_slice(&workspace.frames[..kept]);
+        kept
+    });
+    IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+    n
 }
 
 /// The parts of `siginfo_t` the handler reads (x86-64 layout): the union after the three

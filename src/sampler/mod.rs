@@ -11,8 +11,9 @@ mod walk_stack;
 
 pub use context::interrupted_registers;
 pub use handler::{
-    on_profiling_signal, publish, refresh_dwarf, set_dwarf, unpublish, wait_for_handlers, SampleSource, SamplerState,
-    ThreadFilter, UnwinderChoice,
+    on_profiling_signal, publish, refresh_dwarf, set_dwarf, unpublish, wait_for_handlers, walk_outside_handler,
+    SampleSource, SamplerState, ThreadFilter, UnwinderChoice,
 };
 pub use signals::SignalError;
+pub use thread_accounts::{StartChain, ROOT_FRAMES};
 pub use timer::Clock;

@@ -180,10 +180,10 @@ pub fn close(perf_fds: Vec<c_int>) {
 /// deleted when it exits. Called at the start of every thread created through
 /// `pthread_create` under libcpuprof.so (with the thread's start routine, to which CPU time the
 /// timer owes at exit is charged), and by `ProfilerRegisterThread`.
-pub fn on_thread_start(start_routine: Option<usize>) {
+pub fn on_thread_start(start: Option<&thread_accounts::StartChain>) {
     let tid = gettid();
     if let Some(t) = running(&mut TIMERS.lock()) {
-        t.arm_thread(tid, start_routine);
+        t.arm_thread(tid, start);
     }
     // SAFETY: a non-null value makes the key's destructor run when this thread exits.
     unsafe { libc::pthread_setspecific(exit_key(), 1 as *const c_void) };
@@ -217,9 +217,10 @@ pub fn sync_with_tasks() {
 }
 
 impl Timers {
-    /// Arms thread `tid` unless it is armed or ours. `start_routine`: the caller is `tid`
-    /// itself, starting, and opens the account that settles its POSIX timer at exit.
-    fn arm_thread(&mut self, tid: libc::pid_t, start_routine: Option<usize>) {
+    /// Arms thread `tid` unless it is armed or ours. `start` (its start routine and that
+    /// routine's callers): the caller is `tid` itself, starting, and opens the account that
+    /// settles its POSIX timer at exit.
+    fn arm_thread(&mut self, tid: libc::pid_t, start: Option<&thread_accounts::StartChain>) {
         if self.armed.contains_key(&tid) || self.excluded.contains(&tid) {
             return;
         }
@@ -241,8 +242,8 @@ impl Timers {
         let cpu_before = thread_accounts::thread_cpu_ns();
         match arm_posix(tid, self.signal, self.period_ns) {
             Ok((id, first)) => {
-                if let Some(routine) = start_routine {
-                    thread_accounts::open(thread_pointer(), cpu_before + first, routine as u64);
+                if let Some(chain) = start {
+                    thread_accounts::open(thread_pointer(), cpu_before + first, chain);
                 }
                 self.armed.insert(tid, Armed::Posix(id));
             }
@@ -368,8 +369,8 @@ extern "C" fn on_thread_exit(_value: *mut c_void) {
             signals::block_in_current_thread(t.signal);
             if matches!(armed, Armed::Posix(_)) {
                 let owed = thread_accounts::settle(thread_pointer(), thread_accounts::thread_cpu_ns(), t.period_ns);
-                if let Some((periods @ 1.., start_routine)) = owed {
-                    super::handler::record_outside_handler(&[start_routine], periods);
+                if let Some((periods @ 1.., chain)) = owed {
+                    super::handler::record_outside_handler(chain.pcs(), periods);
                 }
             }
             disarm(armed);
