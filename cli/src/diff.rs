@@ -145,13 +145,11 @@ mod tests {
     use super::*;
 
     fn stacks(counts: &[(&str, u64)]) -> Stacks {
-        Stacks {
-            period_us: 1000,
-            stacks: counts
-                .iter()
-                .map(|(f, c)| (vec!["main".to_string(), f.to_string()], *c))
-                .collect(),
+        let mut stacks = Stacks::new(1000);
+        for (f, c) in counts {
+            stacks.push(["main", f], *c);
         }
+        stacks
     }
 
     const CRITERIA: Criteria = Criteria {
