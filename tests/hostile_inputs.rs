@@ -419,6 +419,60 @@ fn crafted(format: cpuprof::format::SlotFormat, records: &[(u64, Vec<u64>)], map
     w.finish(maps.as_bytes()).unwrap()
 }
 
+#[test]
+fn top_reads_a_profile_of_many_distinct_chains_in_less_than_twice_its_size() {
+    use cpuprof::format::SlotFormat;
+    let dir = scratch_dir("hostile_cli_many_chains");
+    // 250,000 records (20 MB), nearly all distinct chains of 4-12 frames drawn from 40
+    // addresses, half in a mapping of a file that is not there: before `top` summed records
+    // as it read them it kept every chain, then every chain's names (~9x the file).
+    let pool: Vec<u64> = (0..40u64)
+        .map(|i| {
+            if i % 2 == 0 {
+                0x401000 + i * 0x100
+            } else {
+                0x7000 + i * 8
+            }
+        })
+        .collect();
+    let mut state = 0x2545F4914F6CDD1Du64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut total = 0;
+    let records: Vec<(u64, Vec<u64>)> = (0..250_000)
+        .map(|_| {
+            let (count, depth) = (1 + next() % 5, 4 + next() as usize % 9);
+            total += count;
+            (count, (0..depth).map(|_| pool[next() as usize % pool.len()]).collect())
+        })
+        .collect();
+    let bytes = crafted(
+        SlotFormat::LE64,
+        &records,
+        "400000-500000 r-xp 00000000 00:00 0 /nonexistent/app\n",
+    );
+    let profile = dir.join("many.prof");
+    std::fs::write(&profile, &bytes).unwrap();
+    let run = cpuprof_measured(&dir, &["top", profile.to_str().unwrap()]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        run.stdout.contains(&format!("Total: {total} samples")),
+        "{}",
+        run.stdout
+    );
+    eprintln!("{} KB profile: peak RSS {} kB", bytes.len() / 1024, run.peak_rss_kb);
+    assert!(
+        run.peak_rss_kb * 1024 < 2 * bytes.len() as u64,
+        "{} byte profile: peak RSS {} kB",
+        bytes.len(),
+        run.peak_rss_kb
+    );
+}
+
 /// How one run of the `cpuprof` command went.
 struct Measured {
     code: Option<i32>,

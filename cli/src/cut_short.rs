@@ -11,7 +11,7 @@
 //! address, which a wrong binary or a wrong guess do not (see [`place`]).
 
 use crate::symbolize::{open_regular, Locator};
-use cpuprof::format::{MapEntry, Maps, ParseErrorKind, Profile};
+use cpuprof::format::{scan, MapEntry, Maps, ParseError, ParseErrorKind, Profile, Scan};
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 use std::collections::{HashMap, HashSet};
 use std::io::Read;
@@ -32,13 +32,49 @@ const PAGE: u64 = 4096;
 /// warning on stderr. Damage that is not a cut (a zero count in the middle, a depth no stack
 /// has) stays an error, as does a bad header.
 pub fn read(file: &Path, bytes: &[u8], locator: &Locator) -> Result<Profile, String> {
+    not_empty(file, bytes)?;
+    let (mut profile, defect) = Profile::parse_lenient(bytes).map_err(|e| format!("{}: {e}", file.display()))?;
+    let mut outline = Scan {
+        format: profile.format,
+        period_us: profile.period_us,
+        records: profile.records,
+        total: profile.total_samples(),
+        maps: std::mem::take(&mut profile.maps),
+    };
+    complete(file, bytes, locator, &mut outline, defect)?;
+    profile.maps = outline.maps;
+    Ok(profile)
+}
+
+/// The same checks and warning as [`read`], from one pass over the records that keeps none of
+/// them: what a reader that then aggregates the records as it reads them needs (the period,
+/// how many records, and the maps, rebuilt if missing).
+pub fn outline(file: &Path, bytes: &[u8], locator: &Locator) -> Result<Scan, String> {
+    not_empty(file, bytes)?;
+    let (mut outline, defect) = scan(bytes, |_| {}).map_err(|e| format!("{}: {e}", file.display()))?;
+    complete(file, bytes, locator, &mut outline, defect)?;
+    Ok(outline)
+}
+
+fn not_empty(file: &Path, bytes: &[u8]) -> Result<(), String> {
     if bytes.is_empty() {
         return Err(format!(
             "{}: empty: the process ended before the profiler wrote anything (gperftools writes nothing until its 2 MiB buffer fills or it stops; cpuprof writes its first records after one second)",
             file.display()
         ));
     }
-    let (mut profile, defect) = Profile::parse_lenient(bytes).map_err(|e| format!("{}: {e}", file.display()))?;
+    Ok(())
+}
+
+/// Judges the defect that ended the reading of `bytes` (a cut is read up to it with a warning,
+/// other damage is an error) and rebuilds missing maps into `outline`.
+fn complete(
+    file: &Path,
+    bytes: &[u8],
+    locator: &Locator,
+    outline: &mut Scan,
+    defect: Option<ParseError>,
+) -> Result<(), String> {
     let mut missing = Vec::new();
     if let Some(defect) = &defect {
         let partial = bytes.len() - defect.offset;
@@ -50,7 +86,7 @@ pub fn read(file: &Path, bytes: &[u8], locator: &Locator) -> Result<Profile, Str
             ParseErrorKind::TruncatedRecord { depth, slots_left } if depth <= MAX_PLAUSIBLE_DEPTH => {
                 // Its count and depth are there; count 0 is the trailer itself, cut. A chain
                 // that is not whole is left out rather than charged to a stack without callers.
-                let count = profile.format.get(&bytes[defect.offset..]);
+                let count = outline.format.get(&bytes[defect.offset..]);
                 (count > 0).then(|| {
                     format!(
                         "the end of the last record ({slots_left} of its {depth} program counters are there; its {count} samples are not counted)"
@@ -62,24 +98,24 @@ pub fn read(file: &Path, bytes: &[u8], locator: &Locator) -> Result<Profile, Str
         missing.push("the trailer".to_string());
         missing.push("the maps".to_string());
         missing.extend(last_record);
-    } else if profile.maps.entries.is_empty() {
+    } else if outline.maps.entries.is_empty() {
         missing.push("the maps".to_string());
     }
     if missing.is_empty() {
-        return Ok(profile);
+        return Ok(());
     }
     let mut warning = format!(
         "{} is cut short (the process ended without stopping the profiler: SIGKILL, _exit, or a taken-over signal); read {} records, {} samples; missing {}.",
         file.display(),
-        profile.records,
-        profile.total_samples(),
+        outline.records,
+        outline.total,
         join(&missing)
     );
     // Without samples there are no addresses to place.
-    if profile.maps.entries.is_empty() && profile.total_samples() > 0 {
-        match rebuild_maps(file, &profile, locator) {
+    if outline.maps.entries.is_empty() && outline.total > 0 {
+        match rebuild_maps(file, bytes, locator) {
             Ok((maps, how)) => {
-                profile.maps = maps;
+                outline.maps = maps;
                 warning.push_str(&format!(" {how}; shared libraries stay unsymbolised."));
             }
             Err(why) => warning.push_str(&format!(
@@ -88,7 +124,7 @@ pub fn read(file: &Path, bytes: &[u8], locator: &Locator) -> Result<Profile, Str
         }
     }
     eprintln!("cpuprof: warning: {warning}");
-    Ok(profile)
+    Ok(())
 }
 
 fn join(items: &[String]) -> String {
@@ -100,9 +136,10 @@ fn join(items: &[String]) -> String {
     }
 }
 
-/// Maps for a profile that has none: the executable's segments where the stacks place them.
-/// Returns the maps and a sentence saying what was used; or why nothing was.
-fn rebuild_maps(file: &Path, profile: &Profile, locator: &Locator) -> Result<(Maps, String), String> {
+/// Maps for a profile that has none (its records are in `bytes`): the executable's segments
+/// where the stacks place them. Returns the maps and a sentence saying what was used; or why
+/// nothing was.
+fn rebuild_maps(file: &Path, bytes: &[u8], locator: &Locator) -> Result<(Maps, String), String> {
     let (binary, named_by) = match locator.binaries.first() {
         Some(b) => (b.clone(), "given with --binary"),
         None => (
@@ -112,7 +149,7 @@ fn rebuild_maps(file: &Path, profile: &Profile, locator: &Locator) -> Result<(Ma
     };
     let (file_data, inode) = read_file(&binary)?;
     let elf = Elf::parse(&file_data).ok_or_else(|| format!("{} is not an ELF executable", binary.display()))?;
-    let bias = place(&elf, profile).ok_or_else(|| {
+    let bias = place(&elf, bytes).ok_or_else(|| {
         format!(
             "The stacks do not fit {} ({named_by}): it is not the program that wrote this profile, or was rebuilt since",
             binary.display()
@@ -249,12 +286,10 @@ impl Elf {
 /// addresses land just after direct calls of the executable: the bias most of them agree on,
 /// if at least [`MIN_AGREEING`] do (or every return address there is). A fixed-address
 /// executable has bias 0, which is checked the same way.
-fn place(elf: &Elf, profile: &Profile) -> Option<u64> {
-    let returns: HashSet<u64> = profile
-        .samples
-        .iter()
-        .flat_map(|s| s.pcs.iter().skip(1).copied())
-        .collect();
+fn place(elf: &Elf, bytes: &[u8]) -> Option<u64> {
+    let mut returns: HashSet<u64> = HashSet::new();
+    // The records before the cut; the cut itself was judged by the caller.
+    let _ = scan(bytes, |record| returns.extend(record.pcs().skip(1)));
     let mut votes: HashMap<u64, usize> = HashMap::new();
     if elf.position_independent {
         // A bias is page-aligned, so a return address and its link-time address share their

@@ -239,23 +239,20 @@ pub fn parse(bytes: &[u8]) -> Result<DcpiProfile, String> {
 /// expanded), for `top`.
 pub fn stacks(profiles: &[DcpiProfile], locator: &Locator) -> Stacks {
     let mut symbolizer = Symbolizer::new(locator.clone(), &Default::default());
-    let mut out = Vec::new();
+    let mut out = Stacks::new(profiles.first().map_or(1, |p| p.period_us));
     for p in profiles {
         let path = p.path.clone().unwrap_or_default();
         for &(offset, count) in &p.counts {
             let addr = p.tstart + offset;
-            let frames = (!p.runtime)
+            let frames: Vec<String> = (!p.runtime)
                 .then(|| symbolizer.frames_at_svma(&path, addr))
                 .flatten()
                 .map(|f| f.into_iter().rev().map(|f| f.function).collect())
                 .unwrap_or_else(|| vec![format!("[{}]", file_name(&path))]);
-            out.push((frames, count));
+            out.push(frames, count);
         }
     }
-    Stacks {
-        period_us: profiles.first().map_or(1, |p| p.period_us),
-        stacks: out,
-    }
+    out
 }
 
 fn fnv1a(bytes: &[u8]) -> u64 {

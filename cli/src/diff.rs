@@ -781,13 +781,10 @@ mod tests {
     use super::*;
 
     fn summary(counts: &[(&str, u64)], period_us: u64) -> Summary {
-        let stacks = Stacks {
-            period_us,
-            stacks: counts
-                .iter()
-                .map(|(f, c)| (vec!["main".to_string(), f.to_string()], *c))
-                .collect(),
-        };
+        let mut stacks = Stacks::new(period_us);
+        for (f, c) in counts {
+            stacks.push(["main", f], *c);
+        }
         // As many records as distinct stacks: the tick decides the observations.
         Summary::new(&stacks, counts.len(), 1.0, false, 4000)
     }

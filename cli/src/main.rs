@@ -14,7 +14,7 @@ mod symbolize;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use cpuprof::format::Profile;
-use stacks::Stacks;
+use stacks::{Functions, Stacks};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use symbolize::Locator;
@@ -265,8 +265,8 @@ fn run(command: Command) -> Result<u8, String> {
             count,
             symbols,
         } => {
-            let stacks = read_stacks(&file, &symbols.into())?;
-            print!("{}", report::top(&stacks, cum, count));
+            let functions = read_functions(&file, &symbols.into())?;
+            print!("{}", report::top(&functions, cum, count));
             Ok(0)
         }
         Command::Diff {
@@ -339,7 +339,7 @@ fn run(command: Command) -> Result<u8, String> {
         }
         Command::Collapse { file, output, symbols } => {
             let locator: Locator = symbols.into();
-            let stacks = Stacks::symbolise(&read_profile(&file, &locator)?, &locator);
+            let stacks = raw_stacks(&file, &read_bytes(&file)?, &locator)?;
             let mut text = stacks.folded().join("\n");
             text.push('\n');
             match output {
@@ -442,6 +442,21 @@ fn read_profile(file: &Path, locator: &Locator) -> Result<Profile, String> {
     cut_short::read(file, &read_bytes(file)?, locator)
 }
 
+/// Samples per function of a raw profile (summed as it is read: no chain is kept), a DCPI
+/// profile, or a directory of DCPI profiles.
+fn read_functions(file: &Path, locator: &Locator) -> Result<Functions, String> {
+    if file.is_dir() {
+        return Ok(read_stacks(file, locator)?.functions());
+    }
+    let bytes = read_bytes(file)?;
+    if dcpi::is_dcpi(&bytes) {
+        let profile = dcpi::parse(&bytes).map_err(|e| format!("{}: {e}", file.display()))?;
+        return Ok(dcpi::stacks(&[profile], locator).functions());
+    }
+    let outline = cut_short::outline(file, &bytes, locator)?;
+    Ok(Functions::read(&bytes, &outline, locator))
+}
+
 /// A raw profile, a DCPI profile, or a directory of DCPI profiles, symbolised.
 fn read_stacks(file: &Path, locator: &Locator) -> Result<Stacks, String> {
     if file.is_dir() {
@@ -462,8 +477,14 @@ fn read_stacks(file: &Path, locator: &Locator) -> Result<Stacks, String> {
         let profile = dcpi::parse(&bytes).map_err(|e| format!("{}: {e}", file.display()))?;
         return Ok(dcpi::stacks(&[profile], locator));
     }
-    let profile = cut_short::read(file, &bytes, locator)?;
-    Ok(Stacks::symbolise(&profile, locator))
+    raw_stacks(file, &bytes, locator)
+}
+
+/// The raw profile in `bytes`, read from `file`, symbolised as it is read: one pass finds the
+/// maps at the end (and judges a cut), a second aggregates the records; none is kept.
+fn raw_stacks(file: &Path, bytes: &[u8], locator: &Locator) -> Result<Stacks, String> {
+    let outline = cut_short::outline(file, bytes, locator)?;
+    Ok(Stacks::read(bytes, &outline, locator))
 }
 
 fn sorted_files(dir: &Path) -> Result<Vec<PathBuf>, String> {

@@ -309,7 +309,7 @@ fn report_group(written: &[Written], group: &[usize], count: usize) {
         eprintln!("\ncpuprof: {name}, pid {} ({}):", first.pid, first.path.display());
     }
     let stacks = Stacks::symbolise(&profile, &Locator::default());
-    eprint!("{}", crate::report::top(&stacks, false, count));
+    eprint!("{}", crate::report::top(&stacks.functions(), false, count));
 }
 
 /// The file `program` names, as `execvp` finds it: a path with a slash as it is, else the

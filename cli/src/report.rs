@@ -1,26 +1,26 @@
 //! Reports over a symbolised profile: top, flame graph, dump.
 
-use crate::stacks::Stacks;
+use crate::stacks::{Functions, Stacks};
 use cpuprof::format::Profile;
 use std::fmt::Write;
 use std::path::Path;
 
-pub fn top(stacks: &Stacks, by_cum: bool, count: usize) -> String {
-    let total = stacks.total();
-    let mut rows: Vec<(&str, u64, u64)> = stacks
-        .per_function()
-        .into_iter()
-        .map(|(n, c)| (n, c.flat, c.cum))
+pub fn top(functions: &Functions, by_cum: bool, count: usize) -> String {
+    let total = functions.total;
+    let mut rows: Vec<(&str, u64, u64)> = functions
+        .counts
+        .iter()
+        .map(|(n, c)| (n.as_str(), c.flat, c.cum))
         .collect();
     rows.sort_by(|a, b| {
         let key = |r: &(&str, u64, u64)| if by_cum { (r.2, r.1) } else { (r.1, r.2) };
         key(b).cmp(&key(a)).then(a.0.cmp(b.0))
     });
     let pct = |n: u64| percent(n, total);
-    let seconds = total as f64 * stacks.period_us as f64 / 1e6;
+    let seconds = total as f64 * functions.period_us as f64 / 1e6;
     let mut out = format!(
         "Total: {total} samples ({seconds:.2} s at {} us per sample)\n",
-        stacks.period_us
+        functions.period_us
     );
     let _ = writeln!(
         out,

@@ -1,16 +1,36 @@
 //! A profile as symbolised call chains: what `top`, `collapse`, `flamegraph` and `diff` read.
+//!
+//! A raw profile is read in one pass over its records as they lie in the file, without
+//! materialising them: each distinct address is symbolised once (its function ids cached),
+//! each function name is stored once and chains are lists of name ids. `top` needs only
+//! per-function sums, which [`Functions::read`] adds up record by record, keeping nothing
+//! else; the other reports need the chains, which [`Stacks::read`] keeps once each, identical
+//! chains summed through a fast hash. A record costs no allocation.
 
 use crate::progress::Progress;
 use crate::symbolize::{Locator, Symbolizer};
-use cpuprof::format::Profile;
-use std::collections::{HashMap, HashSet};
+use cpuprof::format::{scan, FastHash, Maps, Profile, Scan};
+use std::collections::HashMap;
+use std::hash::BuildHasher;
 
 pub struct Stacks {
     pub period_us: u64,
-    /// Call chains as function names, outermost caller first (inlined frames expanded), with
-    /// their sample counts.
-    pub stacks: Vec<(Vec<String>, u64)>,
+    names: NameTable,
+    /// The chains' name ids, outermost caller first (inlined frames expanded), one chain
+    /// after another.
+    frames: Vec<u32>,
+    /// Each distinct chain: where it ends in `frames` (it starts where the one before ends)
+    /// and its samples.
+    chains: Vec<(usize, u64)>,
+    /// Open-addressing index of `chains`, at most half full: each slot is `EMPTY` or a chain's
+    /// index (low 32 bits) under the top 32 bits of its hash, which place it (the table
+    /// indexes by the hash's top bits) and tell most other chains apart without reading
+    /// them. Chains are compared in place, so none is stored twice.
+    slots: Vec<u64>,
+    hash: FastHash,
 }
+
+const EMPTY: u64 = u64::MAX;
 
 /// Flat (self) and cumulative samples of one function.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -19,71 +39,432 @@ pub struct Counts {
     pub cum: u64,
 }
 
-impl Stacks {
-    pub fn symbolise(profile: &Profile, locator: &Locator) -> Stacks {
-        let mut symbolizer = Symbolizer::new(locator.clone(), &profile.maps);
-        let mut cache: HashMap<u64, Vec<String>> = HashMap::new();
-        let mut progress = Progress::new("symbolising", profile.samples.len());
-        let stacks = profile
-            .samples
-            .iter()
-            .enumerate()
-            .map(|(n, s)| {
-                progress.update(n);
-                let mut names = Vec::new();
-                for (i, &pc) in s.pcs.iter().enumerate().rev() {
-                    // Return addresses point after the call; look up the call instruction itself.
-                    let addr = if i == 0 { pc } else { pc.saturating_sub(1) };
-                    let frames = cache
-                        .entry(addr)
-                        .or_insert_with(|| symbolizer.functions(&profile.maps, addr));
-                    names.extend(frames.iter().rev().cloned());
+/// Every function name once, by id. Ids fit in a u32: each distinct name comes from a
+/// distinct address, and 2^32 of them would not fit in memory as names anyway.
+#[derive(Default)]
+struct NameTable {
+    names: Vec<String>,
+    ids: HashMap<String, u32, FastHash>,
+}
+
+impl NameTable {
+    /// The id of `name`, added if new.
+    fn id(&mut self, name: impl AsRef<str> + Into<String>) -> u32 {
+        if let Some(&id) = self.ids.get(name.as_ref()) {
+            return id;
+        }
+        let id = self.names.len() as u32;
+        let name: String = name.into();
+        self.names.push(name.clone());
+        self.ids.insert(name, id);
+        id
+    }
+}
+
+/// Names the addresses of one profile, each distinct address once.
+struct Addresses<'a> {
+    symbolizer: Symbolizer,
+    maps: &'a Maps,
+    /// Address (already moved into the call instruction for return addresses) -> where its
+    /// name ids are in `ids`, innermost inlined frame last.
+    cache: HashMap<u64, (u32, u32), FastHash>,
+    ids: Vec<u32>,
+}
+
+impl<'a> Addresses<'a> {
+    fn new(maps: &'a Maps, locator: &Locator) -> Self {
+        Addresses {
+            symbolizer: Symbolizer::new(locator.clone(), maps),
+            maps,
+            cache: HashMap::default(),
+            ids: Vec::new(),
+        }
+    }
+
+    /// The name ids of the chain `pcs` (interrupted PC first) into `out`, outermost caller
+    /// first.
+    fn chain(&mut self, names: &mut NameTable, pcs: &[u64], out: &mut Vec<u32>) {
+        out.clear();
+        for (i, &pc) in pcs.iter().enumerate().rev() {
+            // Return addresses point after the call; look up the call instruction itself.
+            let addr = if i == 0 { pc } else { pc.saturating_sub(1) };
+            let (start, len) = match self.cache.get(&addr) {
+                Some(&known) => known,
+                None => {
+                    let start = self.ids.len() as u32;
+                    for name in self.symbolizer.functions(self.maps, addr).into_iter().rev() {
+                        self.ids.push(names.id(name));
+                    }
+                    let known = (start, self.ids.len() as u32 - start);
+                    self.cache.insert(addr, known);
+                    known
                 }
-                (names, s.count)
-            })
-            .collect();
+            };
+            out.extend_from_slice(&self.ids[start as usize..(start + len) as usize]);
+        }
+    }
+}
+
+/// Reads the records of the raw profile in `bytes`, whose first pass (`cut_short::outline`)
+/// found `outline` (its maps, perhaps rebuilt), handing `add` each record's chain of name ids
+/// (outermost caller first) and count. Records past a defect are not read, as that pass
+/// reported.
+fn read_chains(
+    bytes: &[u8],
+    outline: &Scan,
+    locator: &Locator,
+    names: &mut NameTable,
+    mut add: impl FnMut(&[u32], u64),
+) {
+    let mut addresses = Addresses::new(&outline.maps, locator);
+    let mut progress = Progress::new("reading", outline.records);
+    let (mut pcs, mut chain, mut done) = (Vec::new(), Vec::new(), 0);
+    // The bytes are those of the first pass: the outcome (the same records, up to the same
+    // defect) is already known.
+    let _ = scan(bytes, |record| {
+        progress.update(done);
+        done += 1;
+        record.pcs_into(&mut pcs);
+        addresses.chain(names, &pcs, &mut chain);
+        add(&chain, record.count);
+    });
+}
+
+/// Flat and cumulative samples per function, summed chain by chain.
+#[derive(Default)]
+struct Tally {
+    counts: Vec<Counts>,
+    /// The number of the last chain each function was counted in, so recursion counts once.
+    counted_in: Vec<u64>,
+    chains: u64,
+    total: u64,
+}
+
+impl Tally {
+    fn add(&mut self, chain: &[u32], count: u64) {
+        self.chains += 1;
+        // Sums saturate: a parsed profile's total fits in a u64, but DCPI files are summed
+        // across files.
+        self.total = self.total.saturating_add(count);
+        for &id in chain {
+            let id = id as usize;
+            if id >= self.counts.len() {
+                self.counts.resize(id + 1, Counts::default());
+                self.counted_in.resize(id + 1, 0);
+            }
+            if self.counted_in[id] != self.chains {
+                self.counted_in[id] = self.chains;
+                self.counts[id].cum = self.counts[id].cum.saturating_add(count);
+            }
+        }
+        if let Some(&leaf) = chain.last() {
+            let leaf = &mut self.counts[leaf as usize];
+            leaf.flat = leaf.flat.saturating_add(count);
+        }
+    }
+}
+
+/// What `top` shows: each function's flat and cumulative samples, and the total.
+pub struct Functions {
+    pub period_us: u64,
+    pub total: u64,
+    pub counts: Vec<(String, Counts)>,
+}
+
+impl Functions {
+    /// Sums the records of the raw profile in `bytes` per function as they are read (see
+    /// [`Stacks::read`] for `outline`); no chain is kept.
+    pub fn read(bytes: &[u8], outline: &Scan, locator: &Locator) -> Functions {
+        let (mut names, mut tally) = (NameTable::default(), Tally::default());
+        read_chains(bytes, outline, locator, &mut names, |chain, count| {
+            tally.add(chain, count)
+        });
+        Functions::new(outline.period_us, names, tally)
+    }
+
+    fn new(period_us: u64, names: NameTable, mut tally: Tally) -> Functions {
+        // A name met only in chains of no samples (DCPI) still gets its (zero) row.
+        tally.counts.resize(names.names.len(), Counts::default());
+        let counts = names.names.into_iter().zip(tally.counts).collect();
+        Functions {
+            period_us,
+            total: tally.total,
+            counts,
+        }
+    }
+}
+
+impl Stacks {
+    pub fn new(period_us: u64) -> Stacks {
         Stacks {
-            period_us: profile.period_us,
-            stacks,
+            period_us,
+            names: NameTable::default(),
+            frames: Vec::new(),
+            chains: Vec::new(),
+            slots: Vec::new(),
+            hash: FastHash::default(),
+        }
+    }
+
+    /// Reads the records of the raw profile in `bytes`, whose first pass (`cut_short::outline`)
+    /// found `outline`: its period and its maps (perhaps rebuilt). Records past a defect are not
+    /// read, as that pass reported.
+    pub fn read(bytes: &[u8], outline: &Scan, locator: &Locator) -> Stacks {
+        let mut stacks = Stacks::new(outline.period_us);
+        let mut names = std::mem::take(&mut stacks.names);
+        read_chains(bytes, outline, locator, &mut names, |chain, count| {
+            stacks.add(chain, count)
+        });
+        stacks.names = names;
+        stacks
+    }
+
+    /// The chains of a parsed profile, symbolised.
+    pub fn symbolise(profile: &Profile, locator: &Locator) -> Stacks {
+        let mut stacks = Stacks::new(profile.period_us);
+        let mut addresses = Addresses::new(&profile.maps, locator);
+        let mut progress = Progress::new("symbolising", profile.samples.len());
+        let mut chain = Vec::new();
+        for (n, s) in profile.samples.iter().enumerate() {
+            progress.update(n);
+            addresses.chain(&mut stacks.names, &s.pcs, &mut chain);
+            stacks.add(&chain, s.count);
+        }
+        stacks
+    }
+
+    /// Adds `count` samples of the chain of `names`, outermost caller first.
+    pub fn push<S: AsRef<str>>(&mut self, names: impl IntoIterator<Item = S>, count: u64) {
+        let chain: Vec<u32> = names.into_iter().map(|n| self.names.id(n.as_ref())).collect();
+        self.add(&chain, count);
+    }
+
+    fn chain(&self, i: usize) -> &[u32] {
+        let start = if i == 0 { 0 } else { self.chains[i - 1].0 };
+        &self.frames[start..self.chains[i].0]
+    }
+
+    /// Adds `count` samples of the chain of name ids `chain`. Chains are numbered in u32s:
+    /// 2^32 distinct chains would take more than 16 GiB of ids before this table's slots.
+    fn add(&mut self, chain: &[u32], count: u64) {
+        if 2 * (self.chains.len() + 1) > self.slots.len() {
+            self.grow();
+        }
+        let bits = self.slots.len().trailing_zeros();
+        let tag = self.hash.hash_one(chain) >> 32;
+        let mut slot = (tag >> (32 - bits)) as usize;
+        loop {
+            let entry = self.slots[slot];
+            if entry == EMPTY {
+                self.slots[slot] = tag << 32 | self.chains.len() as u64;
+                self.frames.extend_from_slice(chain);
+                self.chains.push((self.frames.len(), count));
+                return;
+            }
+            let i = (entry & u64::from(u32::MAX)) as usize;
+            if entry >> 32 == tag && self.chain(i) == chain {
+                // Saturating: DCPI profiles are summed across files.
+                self.chains[i].1 = self.chains[i].1.saturating_add(count);
+                return;
+            }
+            slot = (slot + 1) & (self.slots.len() - 1);
+        }
+    }
+
+    /// Doubles the index, placing each chain by the hash bits its slot keeps.
+    fn grow(&mut self) {
+        let size = (2 * self.slots.len()).max(64);
+        let bits = size.trailing_zeros();
+        let old = std::mem::replace(&mut self.slots, vec![EMPTY; size]);
+        for entry in old.into_iter().filter(|&e| e != EMPTY) {
+            let mut slot = ((entry >> 32) >> (32 - bits)) as usize;
+            while self.slots[slot] != EMPTY {
+                slot = (slot + 1) & (size - 1);
+            }
+            self.slots[slot] = entry;
         }
     }
 
     /// Sum of the counts. Sums of counts saturate here and below: a parsed profile's total
     /// fits in a u64, but DCPI files are summed across files.
     pub fn total(&self) -> u64 {
-        self.stacks.iter().fold(0u64, |total, (_, c)| total.saturating_add(*c))
+        self.chains.iter().fold(0u64, |total, &(_, c)| total.saturating_add(c))
     }
 
     /// Samples per function: flat where it is the leaf, cumulative where it is anywhere on the
     /// stack (counted once per stack, however deep the recursion).
     pub fn per_function(&self) -> HashMap<&str, Counts> {
-        let mut out: HashMap<&str, Counts> = HashMap::new();
-        for (names, c) in &self.stacks {
-            if let Some(leaf) = names.last() {
-                let counts = out.entry(leaf).or_default();
-                counts.flat = counts.flat.saturating_add(*c);
-            }
-            let unique: HashSet<&str> = names.iter().map(String::as_str).collect();
-            for name in unique {
-                let counts = out.entry(name).or_default();
-                counts.cum = counts.cum.saturating_add(*c);
-            }
+        let mut counts = self.tally().counts;
+        counts.resize(self.names.names.len(), Counts::default());
+        self.names.names.iter().map(String::as_str).zip(counts).collect()
+    }
+
+    /// The same, with the total, for `top`.
+    pub fn functions(&self) -> Functions {
+        Functions::new(
+            self.period_us,
+            NameTable {
+                names: self.names.names.clone(),
+                ids: HashMap::default(),
+            },
+            self.tally(),
+        )
+    }
+
+    fn tally(&self) -> Tally {
+        let mut tally = Tally::default();
+        for i in 0..self.chains.len() {
+            tally.add(self.chain(i), self.chains[i].1);
         }
-        out
+        tally
     }
 
     /// Folded stacks (`caller;callee count`), one line per distinct chain, sorted.
     pub fn folded(&self) -> Vec<String> {
-        let mut folded: HashMap<String, u64> = HashMap::new();
-        for (names, c) in &self.stacks {
-            // `;` separates frames, so it may not appear inside a name (the count follows the
-            // last space, so spaces in C++ signatures are fine).
-            let line = names.iter().map(|n| n.replace(';', ":")).collect::<Vec<_>>().join(";");
-            let count = folded.entry(line).or_default();
-            *count = count.saturating_add(*c);
+        // `;` separates frames, so it may not appear inside a name (the count follows the
+        // last space, so spaces in C++ signatures are fine).
+        let escaped: Vec<String> = self.names.names.iter().map(|n| n.replace(';', ":")).collect();
+        let mut folded: HashMap<String, u64, FastHash> = HashMap::default();
+        let mut line = String::new();
+        for i in 0..self.chains.len() {
+            line.clear();
+            for (k, &id) in self.chain(i).iter().enumerate() {
+                if k > 0 {
+                    line.push(';');
+                }
+                line.push_str(&escaped[id as usize]);
+            }
+            let count = self.chains[i].1;
+            match folded.get_mut(line.as_str()) {
+                Some(total) => *total = total.saturating_add(count),
+                None => {
+                    folded.insert(line.clone(), count);
+                }
+            }
         }
         let mut lines: Vec<String> = folded.into_iter().map(|(k, v)| format!("{k} {v}")).collect();
         lines.sort();
         lines
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chains(stacks: &Stacks) -> Vec<(Vec<String>, u64)> {
+        let mut out: Vec<(Vec<String>, u64)> = (0..stacks.chains.len())
+            .map(|i| {
+                let names = stacks
+                    .chain(i)
+                    .iter()
+                    .map(|&id| stacks.names.names[id as usize].clone());
+                (names.collect(), stacks.chains[i].1)
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn identical_chains_are_summed_and_distinct_ones_kept_apart() {
+        let mut stacks = Stacks::new(1000);
+        // Enough chains to make the index grow several times.
+        for round in 0..3u64 {
+            for i in 0..1000u64 {
+                stacks.push(["main".to_string(), format!("f{i}"), "leaf".to_string()], round + 1);
+                stacks.push(["main".to_string(), format!("f{i}")], 1);
+            }
+        }
+        assert_eq!(stacks.chains.len(), 2000);
+        let all = chains(&stacks);
+        assert_eq!(all.len(), 2000);
+        assert!(all.contains(&(vec!["main".into(), "f7".into(), "leaf".into()], 6)));
+        assert!(all.contains(&(vec!["main".into(), "f7".into()], 3)));
+        assert_eq!(stacks.total(), 1000 * 6 + 1000 * 3);
+        // Names are kept once: main, leaf and f0..f999.
+        assert_eq!(stacks.names.names.len(), 1002);
+    }
+
+    #[test]
+    fn reading_as_it_goes_agrees_with_reading_the_parsed_profile() {
+        use cpuprof::format::{ProfileWriter, SlotFormat};
+        // Addresses in a mapping of a file that is not there (named after the file) and in
+        // none (named in hex), in chains that repeat, recurse and share prefixes.
+        let maps = "400000-500000 r-xp 00000000 00:00 0 /nonexistent/app\n";
+        let pool = [0x401000u64, 0x402000, 0x7000, 0x7008, 0x9000];
+        for format in [SlotFormat::LE64, SlotFormat::BE64, SlotFormat::LE32, SlotFormat::BE32] {
+            let mut w = ProfileWriter::new(Vec::new(), format, 250).unwrap();
+            let mut state = 0x2545F4914F6CDD1Du64;
+            for _ in 0..2000 {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                let depth = 1 + (state % 6) as usize;
+                let pcs: Vec<u64> = (0..depth)
+                    .map(|i| pool[(state >> (8 * i)) as usize % pool.len()])
+                    .collect();
+                w.write_record(1 + (state >> 60), &pcs).unwrap();
+            }
+            let bytes = w.finish(maps.as_bytes()).unwrap();
+            let (outline, defect) = scan(&bytes, |_| {}).unwrap();
+            assert_eq!(defect, None);
+            let locator = Locator::default();
+            let parsed = Stacks::symbolise(&Profile::parse(&bytes).unwrap(), &locator);
+            let streamed = Stacks::read(&bytes, &outline, &locator);
+            assert_eq!(streamed.folded(), parsed.folded(), "{format}");
+            let sorted = |f: Functions| {
+                let mut counts = f.counts;
+                counts.sort_by(|a, b| a.0.cmp(&b.0));
+                (f.period_us, f.total, counts)
+            };
+            let expected = sorted(parsed.functions());
+            assert_eq!(
+                sorted(Functions::read(&bytes, &outline, &locator)),
+                expected,
+                "{format}"
+            );
+            assert_eq!(sorted(streamed.functions()), expected, "{format}");
+            assert_eq!(expected.1, outline.total);
+            let names: Vec<&str> = expected.2.iter().map(|(n, _)| n.as_str()).collect();
+            // Return addresses are named at their call instruction (0x9000 - 1), leaves where
+            // they are.
+            for name in ["0x8fff", "0x9000", "[app]"] {
+                assert!(names.contains(&name), "{format}: {names:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn recursion_counts_once_in_cumulative_and_the_leaf_is_flat() {
+        let mut stacks = Stacks::new(1000);
+        stacks.push(["main", "fib", "fib", "fib"], 5);
+        stacks.push(["main", "fib", "add"], 2);
+        stacks.push(Vec::<&str>::new(), 1);
+        let f = stacks.per_function();
+        assert_eq!(f["main"], Counts { flat: 0, cum: 7 });
+        assert_eq!(f["fib"], Counts { flat: 5, cum: 7 });
+        assert_eq!(f["add"], Counts { flat: 2, cum: 2 });
+        assert_eq!(f.len(), 3);
+        assert_eq!(stacks.total(), 8);
+    }
+
+    #[test]
+    fn folded_lines_merge_chains_that_read_the_same() {
+        let mut stacks = Stacks::new(1000);
+        stacks.push(["main", "a;b"], 2);
+        stacks.push(["main", "a:b"], 3);
+        stacks.push(["main"], 1);
+        assert_eq!(stacks.folded(), vec!["main 1", "main;a:b 5"]);
+    }
+
+    #[test]
+    fn counts_saturate() {
+        let mut stacks = Stacks::new(1000);
+        stacks.push(["main"], u64::MAX - 1);
+        stacks.push(["main"], 5);
+        stacks.push(["other"], 5);
+        assert_eq!(stacks.per_function()["main"].cum, u64::MAX);
+        assert_eq!(stacks.total(), u64::MAX);
     }
 }

@@ -6,13 +6,15 @@
 //!
 //! This module is pure code: no signals, no global state.
 
+pub mod fast_hash;
 pub mod maps;
 pub mod pprof;
 pub mod reader;
 pub mod writer;
 
+pub use fast_hash::FastHash;
 pub use maps::{MapEntry, Maps};
-pub use reader::{ParseError, ParseErrorKind, Profile, Sample};
+pub use reader::{scan, ParseError, ParseErrorKind, Profile, Record, Sample, Scan};
 pub use writer::ProfileWriter;
 
 /// Number of slots in the header this crate writes.

@@ -1,6 +1,6 @@
 //! Reads legacy profiles of any slot width and byte order.
 
-use super::{ByteOrder, Maps, SlotFormat};
+use super::{ByteOrder, FastHash, Maps, SlotFormat};
 use std::collections::HashMap;
 use std::fmt;
 
@@ -44,49 +44,142 @@ impl Profile {
     /// damaged after the header (a process killed while profiling) yields the records before
     /// the damage, together with the error that stopped the reading.
     pub fn parse_lenient(bytes: &[u8]) -> Result<(Profile, Option<ParseError>), ParseError> {
-        let (format, header_len, period_us) = parse_header(bytes)?;
         let mut merged = Merger::default();
-        let mut offset = header_len;
-        let size = format.size;
-        let defect = loop {
-            let slot_at = |i: usize| format.get(&bytes[offset + i * size..]);
-            let available = (bytes.len() - offset) / size;
-            if available < 2 {
-                break Some(ParseError::at(offset, ParseErrorKind::MissingTrailer));
-            }
-            let (count, depth) = (slot_at(0), slot_at(1));
-            if depth == 0 {
-                break Some(ParseError::at(offset, ParseErrorKind::EmptyRecord));
-            }
-            let record_slots = depth.checked_add(2).filter(|&n| n <= available as u64);
-            let Some(record_slots) = record_slots else {
-                break Some(ParseError::at(
-                    offset,
-                    ParseErrorKind::TruncatedRecord {
-                        depth,
-                        slots_left: available as u64 - 2,
-                    },
-                ));
-            };
-            let pcs: Vec<u64> = (0..depth as usize).map(|i| slot_at(2 + i)).collect();
-            if count == 0 {
-                if depth == 1 && pcs[0] == 0 {
-                    let maps_start = offset + 3 * size;
-                    let maps = Maps::parse(&bytes[maps_start..]);
-                    return Ok((merged.finish(format, period_us, maps), None));
-                }
-                break Some(ParseError::at(offset, ParseErrorKind::ZeroCount));
-            }
-            if pcs[0] == 0 {
-                break Some(ParseError::at(offset + 2 * size, ParseErrorKind::ZeroPc));
-            }
-            if merged.add(count, pcs).is_none() {
-                break Some(ParseError::at(offset, ParseErrorKind::CountOverflow { count }));
-            }
-            offset += record_slots as usize * size;
-        };
-        Ok((merged.finish(format, period_us, Maps::default()), defect))
+        let (scan, defect) = scan(bytes, |record| merged.add(record))?;
+        Ok((merged.finish(scan), defect))
     }
+}
+
+/// What reading a profile's records found, besides the records themselves.
+#[derive(Clone, Debug)]
+pub struct Scan {
+    pub format: SlotFormat,
+    pub period_us: u64,
+    /// Records read (before the trailer, or before the defect that stopped the reading).
+    pub records: usize,
+    /// Sum of their counts; it fits in a u64 (a record that would take it past is a defect).
+    pub total: u64,
+    /// Empty if the file has no trailer.
+    pub maps: Maps,
+}
+
+/// One record as it lies in the file: nothing is copied or allocated to visit it.
+#[derive(Clone, Copy, Debug)]
+pub struct Record<'a> {
+    /// Byte offset of the record in the file.
+    pub offset: usize,
+    /// Samples (never 0).
+    pub count: u64,
+    format: SlotFormat,
+    /// The program counters' slots (at least one).
+    slots: &'a [u8],
+}
+
+impl<'a> Record<'a> {
+    /// Number of program counters (at least 1).
+    pub fn depth(&self) -> usize {
+        self.slots.len() / self.format.size
+    }
+
+    /// The program counters: interrupted PC first, then return addresses, outermost caller
+    /// last. Walks backwards too (`.rev()`), outermost first.
+    pub fn pcs(&self) -> impl DoubleEndedIterator<Item = u64> + ExactSizeIterator + 'a {
+        let format = self.format;
+        self.slots.chunks_exact(format.size).map(move |slot| format.get(slot))
+    }
+
+    /// The same as [`Record::pcs`], into `out` (cleared first): decodes the slots with the
+    /// width and byte order chosen once, for readers that look at every record.
+    pub fn pcs_into(&self, out: &mut Vec<u64>) {
+        out.clear();
+        match (self.format.size, self.format.order) {
+            (4, ByteOrder::Little) => out.extend(
+                self.slots
+                    .chunks_exact(4)
+                    .map(|s| u32::from_le_bytes(s.try_into().unwrap()) as u64),
+            ),
+            (4, ByteOrder::Big) => out.extend(
+                self.slots
+                    .chunks_exact(4)
+                    .map(|s| u32::from_be_bytes(s.try_into().unwrap()) as u64),
+            ),
+            (_, ByteOrder::Little) => out.extend(
+                self.slots
+                    .chunks_exact(8)
+                    .map(|s| u64::from_le_bytes(s.try_into().unwrap())),
+            ),
+            (_, ByteOrder::Big) => out.extend(
+                self.slots
+                    .chunks_exact(8)
+                    .map(|s| u64::from_be_bytes(s.try_into().unwrap())),
+            ),
+        }
+    }
+}
+
+/// Reads the records of a profile in one pass, handing each to `visit` as it lies in the
+/// file, without materialising the profile: readers that aggregate as they go (the `cpuprof`
+/// reports) keep only their aggregate. Checks as [`Profile::parse_lenient`] does: a bad
+/// header is an error; damage after it ends the reading, and is returned beside what was
+/// read, after `visit` has seen every record before it.
+pub fn scan(bytes: &[u8], mut visit: impl FnMut(Record<'_>)) -> Result<(Scan, Option<ParseError>), ParseError> {
+    let (format, header_len, period_us) = parse_header(bytes)?;
+    let mut read = Scan {
+        format,
+        period_us,
+        records: 0,
+        total: 0,
+        maps: Maps::default(),
+    };
+    let mut offset = header_len;
+    let size = format.size;
+    let defect = loop {
+        let slot_at = |i: usize| format.get(&bytes[offset + i * size..]);
+        let available = (bytes.len() - offset) / size;
+        if available < 2 {
+            break Some(ParseError::at(offset, ParseErrorKind::MissingTrailer));
+        }
+        let (count, depth) = (slot_at(0), slot_at(1));
+        if depth == 0 {
+            break Some(ParseError::at(offset, ParseErrorKind::EmptyRecord));
+        }
+        let record_slots = depth.checked_add(2).filter(|&n| n <= available as u64);
+        let Some(record_slots) = record_slots else {
+            break Some(ParseError::at(
+                offset,
+                ParseErrorKind::TruncatedRecord {
+                    depth,
+                    slots_left: available as u64 - 2,
+                },
+            ));
+        };
+        let first_pc = slot_at(2);
+        if count == 0 {
+            if depth == 1 && first_pc == 0 {
+                read.maps = Maps::parse(&bytes[offset + 3 * size..]);
+                return Ok((read, None));
+            }
+            break Some(ParseError::at(offset, ParseErrorKind::ZeroCount));
+        }
+        if first_pc == 0 {
+            break Some(ParseError::at(offset + 2 * size, ParseErrorKind::ZeroPc));
+        }
+        // Every sum of a parsed profile's counts must fit in a u64.
+        let Some(total) = read.total.checked_add(count) else {
+            break Some(ParseError::at(offset, ParseErrorKind::CountOverflow { count }));
+        };
+        let end = offset + record_slots as usize * size;
+        visit(Record {
+            offset,
+            count,
+            format,
+            slots: &bytes[offset + 2 * size..end],
+        });
+        read.total = total;
+        read.records += 1;
+        offset = end;
+    };
+    Ok((read, defect))
 }
 
 /// Detects slot width and byte order from the header and validates it.
@@ -124,37 +217,48 @@ fn parse_header(bytes: &[u8]) -> Result<(SlotFormat, usize, u64), ParseError> {
     Ok((format, header_len, period_us))
 }
 
+/// Sums the records of identical chains. Chains are keyed by a fast hash (a profile of a
+/// million records spent most of its reading time in SipHash), and a record allocates only
+/// when its chain is new.
 #[derive(Default)]
 struct Merger {
-    index: HashMap<Vec<u64>, usize>,
-    samples: Vec<Sample>,
-    records: usize,
-    total: u64,
+    /// Each distinct chain, and where its count is in `counts`.
+    index: HashMap<Vec<u64>, usize, FastHash>,
+    counts: Vec<u64>,
+    /// The record being looked up, decoded.
+    pcs: Vec<u64>,
 }
 
 impl Merger {
-    /// Adds a record; `None` (and nothing added) if the profile's total would pass 2^64 - 1,
-    /// so that every sum of a parsed profile's counts fits in a u64.
-    fn add(&mut self, count: u64, pcs: Vec<u64>) -> Option<()> {
-        self.total = self.total.checked_add(count)?;
-        self.records += 1;
-        match self.index.get(&pcs) {
-            Some(&i) => self.samples[i].count += count,
+    fn add(&mut self, record: Record<'_>) {
+        record.pcs_into(&mut self.pcs);
+        match self.index.get(&self.pcs[..]) {
+            // No overflow: a chain's count is at most the profile's total, which `scan` keeps
+            // below 2^64.
+            Some(&i) => self.counts[i] += record.count,
             None => {
-                self.index.insert(pcs.clone(), self.samples.len());
-                self.samples.push(Sample { count, pcs });
+                self.index.insert(self.pcs.clone(), self.counts.len());
+                self.counts.push(record.count);
             }
         }
-        Some(())
     }
 
-    fn finish(self, format: SlotFormat, period_us: u64, maps: Maps) -> Profile {
+    fn finish(self, scan: Scan) -> Profile {
+        // The chains move out of the index rather than being kept twice while reading.
+        let mut samples: Vec<Sample> = self
+            .counts
+            .iter()
+            .map(|&count| Sample { count, pcs: Vec::new() })
+            .collect();
+        for (pcs, i) in self.index {
+            samples[i].pcs = pcs;
+        }
         Profile {
-            format,
-            period_us,
-            samples: self.samples,
-            records: self.records,
-            maps,
+            format: scan.format,
+            period_us: scan.period_us,
+            samples,
+            records: scan.records,
+            maps: scan.maps,
         }
     }
 }
@@ -282,6 +386,45 @@ mod tests {
             assert_eq!(p.maps.entries.len(), 1);
             assert_eq!(p.maps.entries[0].path, "/usr/bin/dbus-daemon");
         }
+    }
+
+    #[test]
+    fn scan_visits_every_record_in_file_order_as_written() {
+        for format in [SlotFormat::LE64, SlotFormat::BE64, SlotFormat::LE32, SlotFormat::BE32] {
+            let bytes = sample_profile(format);
+            let mut seen = Vec::new();
+            let (read, defect) = scan(&bytes, |record| {
+                let mut pcs = vec![7];
+                record.pcs_into(&mut pcs);
+                assert_eq!(pcs, record.pcs().collect::<Vec<_>>());
+                assert_eq!(record.depth(), pcs.len());
+                seen.push((record.offset / format.size, record.count, pcs));
+            })
+            .unwrap();
+            assert_eq!(defect, None);
+            // Not merged: the third record repeats the first chain.
+            assert_eq!(
+                seen,
+                vec![
+                    (5, 5, vec![0xa0000, 0xc0000, 0xe0000]),
+                    (10, 2, vec![0xb0000]),
+                    (13, 1, vec![0xa0000, 0xc0000, 0xe0000]),
+                ],
+                "{format}"
+            );
+            assert_eq!(
+                (read.format, read.period_us, read.records, read.total),
+                (format, 10000, 3, 8)
+            );
+            assert_eq!(read.maps.entries.len(), 1);
+        }
+        // A cut: the records before it are visited, then the defect is returned.
+        let bytes = sample_profile(SlotFormat::LE64);
+        let mut visited = 0;
+        let (read, defect) = scan(&bytes[..40 + 40 + 10], |_| visited += 1).unwrap();
+        assert_eq!((visited, read.records, read.total), (1, 1, 5));
+        assert_eq!(defect, Some(ParseError::at(80, ParseErrorKind::MissingTrailer)));
+        assert!(read.maps.entries.is_empty());
     }
 
     #[test]
