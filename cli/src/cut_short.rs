@@ -138,6 +138,7 @@ fn rebuild_maps(file: &Path, profile: &Profile, locator: &Locator) -> Result<(Ma
                 offset: s.offset & !(PAGE - 1),
                 inode,
                 path: path.clone(),
+                build_id: None,
             }
         })
         .collect();

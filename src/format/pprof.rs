@@ -57,7 +57,8 @@ pub struct Pprof {
 
 impl Pprof {
     /// A legacy profile in pprof's terms: one mapping per executable mapping (with the
-    /// build-id `build_id` gives for its path), one location per distinct address, named by
+    /// build-id the profile recorded for it, or else the one `build_id` gives for its path,
+    /// empty if unknown), one location per distinct address, named by
     /// `frames` (innermost inlined frame first; empty to leave it to the reader). Return
     /// addresses are moved onto their call instruction (minus one), as pprof's own reader of
     /// raw profiles does, so both attribute them alike.
@@ -79,7 +80,7 @@ impl Pprof {
                     limit: entry.end,
                     file_offset: entry.offset,
                     file: entry.path.clone(),
-                    build_id: build_id(&entry.path),
+                    build_id: entry.build_id.clone().unwrap_or_else(|| build_id(&entry.path)),
                 });
             }
         }

@@ -161,6 +161,10 @@ pub fn run(
     exit_summary: Option<PathBuf>,
 ) -> Finished {
     WRITER_PID.store(std::process::id(), Ordering::SeqCst);
+    // The writer reads mapped ELF images for their build-ids, up to the end of the file,
+    // after the session has let go of the /proc/self/mem descriptor: it holds its own use.
+    let reads_memory = crate::unwind::safe_read::acquire().is_ok();
+    out.mappings.read_build_ids(&read_self_maps());
     let mut harvest_interval = FIRST_HARVEST;
     let mut next_harvest = Instant::now() + harvest_interval;
     let mut objects_seen = loaded_objects_generation();
@@ -186,6 +190,9 @@ pub fn run(
         if stop || exiting {
             out.write_pending(&state, true);
             let finished = out.finish();
+            if reads_memory {
+                crate::unwind::safe_read::release();
+            }
             if let Some(path) = exit_summary.filter(|_| exiting && !stop) {
                 print_exit_summary(&state, &finished, path);
             }
@@ -215,7 +222,9 @@ pub fn run(
         let generation = loaded_objects_generation();
         if generation != objects_seen {
             objects_seen = generation;
-            out.mappings.record(&read_self_maps());
+            let maps = read_self_maps();
+            out.mappings.record(&maps);
+            out.mappings.read_build_ids(&maps);
             sampler::refresh_dwarf();
         }
         let due = Instant::now() >= next_harvest;
@@ -277,11 +286,15 @@ impl OutputFile {
         let OutputFile {
             mut writer,
             error,
-            mappings,
+            mut mappings,
         } = self;
         let written = match error {
             Some(e) => Err(e),
-            None => writer.write_trailer(&mappings.complete(&read_self_maps())),
+            None => {
+                let maps = read_self_maps();
+                mappings.read_build_ids(&maps);
+                writer.write_trailer(&mappings.complete(&maps))
+            }
         };
         let file = writer.into_inner();
         let bytes = file.bytes_in_file();
