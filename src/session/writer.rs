@@ -161,13 +161,18 @@ pub fn run(
     exit_summary: Option<PathBuf>,
 ) -> Finished {
     WRITER_PID.store(std::process::id(), Ordering::SeqCst);
+    let mut harvest_interval = FIRST_HARVEST;
+    let mut next_harvest = Instant::now() + harvest_interval;
+    // The loader's counters before the maps: an object loaded before they are read is in the
+    // maps read after, one loaded later changes them. (The program runs meanwhile: maps read
+    // by `Session::start`, before this thread ran, could miss a library loaded in between.)
+    let mut objects_seen = loaded_objects_generation();
     // The writer reads mapped ELF images for their build-ids, up to the end of the file,
     // after the session has let go of the /proc/self/mem descriptor: it holds its own use.
     let reads_memory = crate::unwind::safe_read::acquire().is_ok();
-    out.mappings.read_build_ids(&read_self_maps());
-    let mut harvest_interval = FIRST_HARVEST;
-    let mut next_harvest = Instant::now() + harvest_interval;
-    let mut objects_seen = loaded_objects_generation();
+    let maps = read_self_maps();
+    out.mappings.record(&maps);
+    out.mappings.read_build_ids(&maps);
     let mut taken_over = false;
     let mut memory_descriptor_noted = false;
     let mut tick = MIN_TICK;
