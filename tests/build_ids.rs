@@ -390,3 +390,47 @@ fn code_mapped_from_a_file_truncated_under_it_is_read_without_a_fault() {
         assert_eq!(main.and_then(|e| e.build_id.clone()), Some(prog_id.clone()), "{hz} Hz");
     }
 }
+
+#[test]
+fn the_endpoint_protobuf_carries_build_ids_checked_against_readelf() {
+    use std::io::{BufRead, BufReader};
+    let dir = scratch_dir("bids-endpoint");
+    let prog = build(&dir, false);
+    let mut child = Command::new(&prog)
+        .args(["hot", "6"])
+        .env("LD_PRELOAD", lib())
+        .env("CPUPROF_HTTP", "127.0.0.1:0")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut announced = String::new();
+    BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut announced)
+        .unwrap();
+    let address = announced
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no address announced: {announced:?}"))
+        .to_string();
+    let request = b"GET /debug/pprof/profile?seconds=1 HTTP/1.1\r\n\r\n";
+    let (status, body) = http_exchange(&address, request, std::time::Duration::from_secs(60));
+    assert_eq!(status, 200);
+    let pb = dir.join("endpoint.pb.gz");
+    std::fs::write(&pb, body).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let mappings = pprof_mappings(&pb);
+    let libc = std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .find(|l| l.contains("/libc.so"))
+        .and_then(|l| l.split_whitespace().nth(5))
+        .unwrap()
+        .to_string();
+    for path in [prog.to_str().unwrap(), libc.as_str()] {
+        let expected = (path.to_string(), readelf_build_id(Path::new(path)));
+        assert!(mappings.contains(&expected), "{expected:?} in {mappings:?}");
+    }
+}

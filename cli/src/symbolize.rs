@@ -79,7 +79,16 @@ impl Locator {
             .chain(self.search_path.iter().map(|dir| dir.join(name)));
         for candidate in candidates {
             if build_id(&candidate).as_deref() == Some(recorded) {
-                return (Some(candidate), None);
+                // A --binary passed over is said so: the user asked for it.
+                let note = self.given(path, main).filter(|given| *given != candidate).map(|given| {
+                    format!(
+                        "{}: build-id {}, not the {recorded} recorded for {path} when profiling; reading {}, which has it",
+                        given.display(),
+                        build_id(&given).unwrap_or_else(|| "none".to_string()),
+                        candidate.display()
+                    )
+                });
+                return (Some(candidate), note);
             }
         }
         let (file, hint) = self.choose(path, main, |_| None);

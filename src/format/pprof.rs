@@ -317,6 +317,27 @@ mod tests {
     }
 
     #[test]
+    fn recorded_build_ids_are_preferred_to_the_files() {
+        let mut w = crate::format::ProfileWriter::new(Vec::new(), crate::format::SlotFormat::LE64, 10_000).unwrap();
+        w.write_record(1, &[0x1010, 0x3010]).unwrap();
+        let maps = b"1000-2000 r-xp 00000000 08:01 5 /bin/app\n3000-4000 r-xp 00000000 08:01 6 /lib/x.so\n\
+            # build-id 1000-2000 aabbcc\n";
+        let profile = Profile::parse(&w.finish(maps).unwrap()).unwrap();
+        let mut asked = Vec::new();
+        let pprof = Pprof::from_profile(
+            &profile,
+            |_| Vec::new(),
+            |path| {
+                asked.push(path.to_string());
+                "from-file".to_string()
+            },
+        );
+        let ids: Vec<&str> = pprof.mappings.iter().map(|m| m.build_id.as_str()).collect();
+        assert_eq!(ids, ["aabbcc", "from-file"]);
+        assert_eq!(asked, ["/lib/x.so"], "the file is read only where nothing was recorded");
+    }
+
+    #[test]
     fn varints_are_little_endian_base_128() {
         let mut out = Vec::new();
         varint(&mut out, 300);

@@ -40,12 +40,16 @@ impl SeenMappings {
     /// `/proc/self/maps`) not read before, from this process's memory.
     pub fn read_build_ids(&mut self, maps_text: &[u8]) {
         let text = String::from_utf8_lossy(maps_text);
+        let new: Vec<_> = code_lines(&text)
+            .filter(|(line, _)| !self.build_ids.contains_key(*line))
+            .collect();
+        if new.is_empty() {
+            return;
+        }
         let entries = Maps::parse(text.as_bytes()).entries;
-        for (line, entry) in code_lines(&text) {
-            if !self.build_ids.contains_key(line) {
-                let id = image_reader(&entries, &entry).and_then(|read| build_id::read_elf(read, false));
-                self.build_ids.insert(line.to_string(), id);
-            }
+        for (line, entry) in new {
+            let id = image_reader(&entries, &entry).and_then(|read| build_id::read_elf(read, false));
+            self.build_ids.insert(line.to_string(), id);
         }
     }
 
