@@ -136,6 +136,21 @@ fn protobuf_carries_the_recorded_build_ids_checked_against_readelf() {
     assert_eq!(id_of(prog.to_str().unwrap()), profiled_id);
     assert_eq!(id_of(&libc), libc_id);
 
+    // merge keeps the recorded build-ids of the mappings it keeps.
+    let merged = dir.join("merged.prof");
+    let m = merged.to_str().unwrap();
+    cpuprof(&["merge", "-o", m, profile.to_str().unwrap(), profile.to_str().unwrap()]);
+    let merged_maps = read_profile(&merged).maps;
+    let merged_id = |path: &str| {
+        merged_maps
+            .entries
+            .iter()
+            .find(|e| e.is_executable() && e.path == path)
+            .and_then(|e| e.build_id.clone())
+    };
+    assert_eq!(merged_id(prog.to_str().unwrap()), Some(profiled_id.clone()));
+    assert_eq!(merged_id(&libc), Some(libc_id.clone()));
+
     // dump shows each executable mapping's recorded build-id.
     let dump = String::from_utf8_lossy(&cpuprof(&["dump", profile.to_str().unwrap()]).stdout).into_owned();
     for (path, id) in [(prog.to_str().unwrap(), &profiled_id), (libc.as_str(), &libc_id)] {

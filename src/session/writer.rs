@@ -297,6 +297,9 @@ impl OutputFile {
             Some(e) => Err(e),
             None => {
                 let maps = read_self_maps();
+                // The program may have closed or reused the descriptor since the last tick:
+                // read ELF images through one that is ours, not through its file.
+                let _ = crate::unwind::safe_read::check();
                 mappings.read_build_ids(&maps);
                 writer.write_trailer(&mappings.complete(&maps))
             }
