@@ -305,11 +305,16 @@ fn moved_binaries_are_found_and_substitutes_checked() {
         let found = cum(&text(&cpuprof(&full)));
         assert!((found["hot_a"] - 75.0).abs() <= 5.0, "{args:?}: {found:?}");
     }
-    // A different build standing in for the original, which is back in place: warned about.
+    // A different build given for the original, which is back in place: the original, which
+    // has the build-id recorded at profiling time, is read, and the user told so.
     std::fs::rename(&moved, &hot).unwrap();
     let other = compile_c(&dir, "hot.c", "other", &["-O1", "-fno-omit-frame-pointer"], false);
     let out = cpuprof(&["top", profile.to_str().unwrap(), "--binary", other.to_str().unwrap()]);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("build-id"), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("build-id") && said.contains(&format!("reading {}", hot.display())),
+        "{out:?}"
+    );
     // The original rebuilt since the profile was taken (written beside it and renamed over
     // it, as build tools do): warned about too.
     let rebuilt = dir.join("hot.new");
@@ -317,7 +322,7 @@ fn moved_binaries_are_found_and_substitutes_checked() {
     std::fs::rename(&rebuilt, &hot).unwrap();
     let out = cpuprof(&["top", profile.to_str().unwrap()]);
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("replaced since the profile was taken"),
+        String::from_utf8_lossy(&out.stderr).contains("rebuilt since profiling"),
         "{out:?}"
     );
 }

@@ -175,6 +175,7 @@ fn rebuild_maps(file: &Path, bytes: &[u8], locator: &Locator) -> Result<(Maps, S
                 offset: s.offset & !(PAGE - 1),
                 inode,
                 path: path.clone(),
+                build_id: None,
             }
         })
         .collect();

@@ -5,7 +5,7 @@
 //! first profile's mapping of the object. Objects the first profile did not map get a mapping
 //! of their own above everything else; addresses in no mapping are kept as they are.
 
-use cpuprof::format::{MapEntry, Profile, ProfileWriter, SlotFormat};
+use cpuprof::format::{build_id, MapEntry, Profile, ProfileWriter, SlotFormat};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
@@ -64,6 +64,13 @@ pub fn merge(profiles: &[(String, Profile)]) -> Result<(Vec<u8>, u64), String> {
             "{:x}-{:x} {} {:08x} 00:00 {} {}",
             e.start, e.end, e.perms, e.offset, e.inode, e.path
         );
+    }
+    // Recorded build-ids travel with their mappings, so the merged profile still names the
+    // code that ran.
+    for e in &maps {
+        if let Some(id) = &e.build_id {
+            text.push_str(&build_id::line(e.start, e.end, id));
+        }
     }
     Ok((out.finish(text.as_bytes()).map_err(|e| e.to_string())?, total))
 }

@@ -74,7 +74,11 @@ pub fn dump(profile: &Profile) -> String {
     }
     let _ = writeln!(out, "maps: {} entries", profile.maps.entries.len());
     for m in &profile.maps.entries {
-        let _ = writeln!(out, "{:x}-{:x} {} {:08x} {}", m.start, m.end, m.perms, m.offset, m.path);
+        let _ = write!(out, "{:x}-{:x} {} {:08x} {}", m.start, m.end, m.perms, m.offset, m.path);
+        let _ = match &m.build_id {
+            Some(id) => writeln!(out, " build-id={id}"),
+            None => writeln!(out),
+        };
     }
     out
 }

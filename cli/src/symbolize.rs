@@ -64,13 +64,68 @@ pub struct Locator {
 
 impl Locator {
     /// The file to read for the object mapped from `path` (`main`: whether it is the profile's
-    /// main executable), with a warning when the choice is doubtful.
-    fn locate(&self, path: &str, main: bool) -> (Option<PathBuf>, Option<String>) {
+    /// main executable; `recorded`: the build-id the profile recorded for the code that ran),
+    /// with a warning when the choice is doubtful. With a recorded build-id, the first
+    /// candidate (`--binary`, the path, the search path, in that order) with that build-id is
+    /// taken; if none has it, the usual choice is made, with a warning that names may be wrong.
+    fn locate(&self, path: &str, main: bool, recorded: Option<&str>) -> (Option<PathBuf>, Option<String>) {
+        let Some(recorded) = recorded else {
+            return self.choose(path, main, |substitute| check_build_id(path, substitute));
+        };
+        let name = file_name(path);
+        let candidates = self
+            .given(path, main)
+            .into_iter()
+            .chain([PathBuf::from(path)])
+            .chain(self.search_path.iter().map(|dir| dir.join(name)));
+        for candidate in candidates {
+            if build_id(&candidate).as_deref() == Some(recorded) {
+                // A --binary passed over is said so: the user asked for it.
+                let note = self.given(path, main).filter(|given| *given != candidate).map(|given| {
+                    format!(
+                        "{}: build-id {}, not the {recorded} recorded for {path} when profiling; reading {}, which has it",
+                        given.display(),
+                        build_id(&given).unwrap_or_else(|| "none".to_string()),
+                        candidate.display()
+                    )
+                });
+                return (Some(candidate), note);
+            }
+        }
+        let (file, hint) = self.choose(path, main, |_| None);
+        let Some(file) = file else { return (None, hint) };
+        let on_disk = build_id(&file).unwrap_or_else(|| "none".to_string());
+        let warning = if file == Path::new(path) {
+            format!(
+                "{path}: rebuilt since profiling: build-id {recorded} recorded, {on_disk} on disk; names may be wrong"
+            )
+        } else {
+            format!(
+                "{}: build-id {on_disk}, but {recorded} was recorded for {path} when profiling; names may be wrong",
+                file.display()
+            )
+        };
+        (Some(file), Some(warning))
+    }
+
+    /// The `--binary` file that stands for `path`, if any.
+    fn given(&self, path: &str, main: bool) -> Option<PathBuf> {
         let name = file_name(path);
         let by_name = self.binaries.iter().find(|b| b.file_name().is_some_and(|n| n == name));
-        let chosen = by_name.or(if main { self.binaries.first() } else { None });
-        if let Some(binary) = chosen {
-            return (Some(binary.clone()), check_build_id(path, binary));
+        by_name.or(if main { self.binaries.first() } else { None }).cloned()
+    }
+
+    /// The usual choice: a `--binary` file, else the path, else the search path; `check` gives
+    /// the warning for a substitute.
+    fn choose(
+        &self,
+        path: &str,
+        main: bool,
+        check: impl Fn(&Path) -> Option<String>,
+    ) -> (Option<PathBuf>, Option<String>) {
+        if let Some(binary) = self.given(path, main) {
+            let warning = check(&binary);
+            return (Some(binary), warning);
         }
         match std::fs::metadata(path) {
             Ok(meta) if meta.is_file() => return (Some(PathBuf::from(path)), None),
@@ -81,9 +136,10 @@ impl Locator {
             Err(_) => {}
         }
         for dir in &self.search_path {
-            let candidate = dir.join(name);
+            let candidate = dir.join(file_name(path));
             if candidate.is_file() {
-                return (Some(candidate.clone()), check_build_id(path, &candidate));
+                let warning = check(&candidate);
+                return (Some(candidate), warning);
             }
         }
         let hint = format!("{path}: not found; its addresses stay unsymbolised (use --binary or --search-path)");
@@ -92,7 +148,7 @@ impl Locator {
 }
 
 /// A warning if `substitute` and the original `path` (when it still exists) have different
-/// build-ids.
+/// build-ids: for profiles that recorded none (gperftools', or older cpuprof's).
 fn check_build_id(path: &str, substitute: &Path) -> Option<String> {
     let original = build_id(Path::new(path))?;
     let replacement = build_id(substitute)?;
@@ -104,15 +160,26 @@ fn check_build_id(path: &str, substitute: &Path) -> Option<String> {
     })
 }
 
-/// The GNU build-id of an ELF file, in hex.
+/// The GNU build-id of an ELF file, in hex, reading only its headers and notes (not the
+/// whole file: a candidate may be hundreds of megabytes).
 pub fn build_id(path: &Path) -> Option<String> {
-    build_id_of(&read_regular(path)?.0)
+    let (file, size, _) = open_regular(path).ok()?;
+    read_build_id(&file, size)
 }
 
-fn build_id_of(data: &[u8]) -> Option<String> {
-    let file = object::File::parse(data).ok()?;
-    let id = file.build_id().ok()??;
-    Some(id.iter().map(|b| format!("{b:02x}")).collect())
+fn read_build_id(file: &File, size: u64) -> Option<String> {
+    use std::os::unix::fs::FileExt;
+    cpuprof::format::build_id::read_elf(
+        |offset, len| {
+            if offset.checked_add(len as u64)? > size {
+                return None;
+            }
+            let mut buf = vec![0; len];
+            file.read_exact_at(&mut buf, offset).ok()?;
+            Some(buf)
+        },
+        true,
+    )
 }
 
 /// Build-ids by file, so that many spellings of one path read the file once.
@@ -133,11 +200,11 @@ impl BuildIds {
     }
 
     fn read(&mut self, path: &Path) -> Option<String> {
-        let (_, _, identity) = open_regular(path).ok()?;
+        let (file, size, identity) = open_regular(path).ok()?;
         if let Some(id) = self.by_identity.get(&identity) {
             return id.clone();
         }
-        let id = read_regular(path).and_then(|(data, _)| build_id_of(&data));
+        let id = read_build_id(&file, size);
         self.by_identity.insert(identity, id.clone());
         id
     }
@@ -198,6 +265,8 @@ pub struct Symbolizer {
     binaries: HashMap<String, Option<Rc<Binary>>>,
     /// The same binaries by (device, inode) of the file read.
     by_identity: HashMap<(u64, u64), Rc<Binary>>,
+    /// Build-ids the profile recorded, by path (the first one, if a path was mapped twice).
+    recorded: HashMap<String, String>,
 }
 
 impl Symbolizer {
@@ -207,11 +276,18 @@ impl Symbolizer {
             .iter()
             .find(|e| e.path.starts_with('/'))
             .map(|e| e.path.clone());
+        let mut recorded = HashMap::new();
+        for e in &maps.entries {
+            if let Some(id) = &e.build_id {
+                recorded.entry(e.path.clone()).or_insert_with(|| id.clone());
+            }
+        }
         Symbolizer {
             locator,
             main,
             binaries: HashMap::new(),
             by_identity: HashMap::new(),
+            recorded,
         }
     }
 
@@ -280,8 +356,14 @@ impl Symbolizer {
         if !path.starts_with('/') {
             return None;
         }
-        let (file, warning) = self.locator.locate(path, self.main.as_deref() == Some(path));
+        let recorded = self.recorded.get(path).map(String::as_str);
+        let (file, warning) = self.locator.locate(path, self.main.as_deref() == Some(path), recorded);
+        // Without a recorded build-id, the inode is the only sign of a replaced file (a
+        // rebuild in place keeps it: only the build-id sees that).
         let warning = warning.or_else(|| {
+            if recorded.is_some() {
+                return None;
+            }
             let now = std::fs::metadata(file.as_ref()?).ok()?.ino();
             (file.as_deref() == Some(Path::new(path)) && inode != 0 && now != inode).then(|| {
                 format!("{path}: replaced since the profile was taken (inode {inode}, now {now}); symbols may be wrong")

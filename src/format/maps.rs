@@ -1,5 +1,8 @@
 //! The text list of mapped objects that ends a profile (the process's `/proc/self/maps`).
 
+use super::build_id;
+use std::collections::HashMap;
+
 /// One mapping line: `start-end perms offset dev inode path`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MapEntry {
@@ -14,6 +17,9 @@ pub struct MapEntry {
     pub inode: u64,
     /// Path or pseudo-name (`[vdso]`, `[stack]`); empty for anonymous mappings.
     pub path: String,
+    /// GNU build-id (hex) of the mapped object as the profiler read it from the process,
+    /// from a `# build-id` line (see [`super::build_id`]); `None` when not recorded.
+    pub build_id: Option<String>,
 }
 
 impl MapEntry {
@@ -34,14 +40,20 @@ pub struct Maps {
 
 impl Maps {
     /// Parses the text section. Unrecognised lines are skipped, as the format requires;
-    /// `$build` in paths is replaced by the path of the last `build=` line.
+    /// `$build` in paths is replaced by the path of the last `build=` line; a `# build-id`
+    /// line gives its build-id to the mapping with its address range.
     pub fn parse(text: &[u8]) -> Maps {
         let text = String::from_utf8_lossy(text);
         let mut build: Option<String> = None;
         let mut entries = Vec::new();
+        let mut build_ids = HashMap::new();
         for line in text.lines() {
             if let Some(path) = line.trim_start().strip_prefix("build=") {
                 build = Some(path.trim().to_string());
+                continue;
+            }
+            if let Some((start, end, id)) = build_id::parse_line(line) {
+                build_ids.entry((start, end)).or_insert(id);
                 continue;
             }
             if let Some(mut entry) = parse_line(line) {
@@ -49,6 +61,11 @@ impl Maps {
                     entry.path = substitute_build(&entry.path, b);
                 }
                 entries.push(entry);
+            }
+        }
+        if !build_ids.is_empty() {
+            for e in entries.iter_mut().filter(|e| e.is_executable()) {
+                e.build_id = build_ids.get(&(e.start, e.end)).cloned();
             }
         }
         Maps { entries }
@@ -86,6 +103,7 @@ fn parse_line(line: &str) -> Option<MapEntry> {
         offset,
         inode,
         path: after_inode.trim().to_string(),
+        build_id: None,
     })
 }
 
@@ -134,6 +152,18 @@ mod tests {
         assert_eq!(maps.entries[2].path, "");
         assert_eq!(maps.find(0x55d4a2c00010).unwrap().path, "/usr/bin/my prog");
         assert!(maps.find(0x10).is_none());
+    }
+
+    #[test]
+    fn build_id_lines_name_executable_mappings_by_range() {
+        let text = b"1000-2000 r--p 00000000 08:01 5 /bin/app\n2000-3000 r-xp 00001000 08:01 5 /bin/app\n\
+            4000-5000 r-xp 00000000 08:01 6 /lib/x.so\n\
+            # build-id 2000-3000 AbCd01\n# build-id 1000-2000 ffff\n# build-id 4000-5001 eeee\n";
+        let maps = Maps::parse(text);
+        assert_eq!(maps.entries.len(), 3, "build-id lines are not mappings");
+        assert_eq!(maps.entries[1].build_id.as_deref(), Some("abcd01"));
+        assert_eq!(maps.entries[0].build_id, None, "only executable mappings carry one");
+        assert_eq!(maps.entries[2].build_id, None, "the range must match exactly");
     }
 
     #[test]

@@ -57,7 +57,8 @@ pub struct Pprof {
 
 impl Pprof {
     /// A legacy profile in pprof's terms: one mapping per executable mapping (with the
-    /// build-id `build_id` gives for its path), one location per distinct address, named by
+    /// build-id the profile recorded for it, or else the one `build_id` gives for its path,
+    /// empty if unknown), one location per distinct address, named by
     /// `frames` (innermost inlined frame first; empty to leave it to the reader). Return
     /// addresses are moved onto their call instruction (minus one), as pprof's own reader of
     /// raw profiles does, so both attribute them alike.
@@ -79,7 +80,7 @@ impl Pprof {
                     limit: entry.end,
                     file_offset: entry.offset,
                     file: entry.path.clone(),
-                    build_id: build_id(&entry.path),
+                    build_id: entry.build_id.clone().unwrap_or_else(|| build_id(&entry.path)),
                 });
             }
         }
@@ -313,6 +314,27 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn recorded_build_ids_are_preferred_to_the_files() {
+        let mut w = crate::format::ProfileWriter::new(Vec::new(), crate::format::SlotFormat::LE64, 10_000).unwrap();
+        w.write_record(1, &[0x1010, 0x3010]).unwrap();
+        let maps = b"1000-2000 r-xp 00000000 08:01 5 /bin/app\n3000-4000 r-xp 00000000 08:01 6 /lib/x.so\n\
+            # build-id 1000-2000 aabbcc\n";
+        let profile = Profile::parse(&w.finish(maps).unwrap()).unwrap();
+        let mut asked = Vec::new();
+        let pprof = Pprof::from_profile(
+            &profile,
+            |_| Vec::new(),
+            |path| {
+                asked.push(path.to_string());
+                "from-file".to_string()
+            },
+        );
+        let ids: Vec<&str> = pprof.mappings.iter().map(|m| m.build_id.as_str()).collect();
+        assert_eq!(ids, ["aabbcc", "from-file"]);
+        assert_eq!(asked, ["/lib/x.so"], "the file is read only where nothing was recorded");
     }
 
     #[test]

@@ -163,7 +163,16 @@ pub fn run(
     WRITER_PID.store(std::process::id(), Ordering::SeqCst);
     let mut harvest_interval = FIRST_HARVEST;
     let mut next_harvest = Instant::now() + harvest_interval;
+    // The loader's counters before the maps: an object loaded before they are read is in the
+    // maps read after, one loaded later changes them. (The program runs meanwhile: maps read
+    // by `Session::start`, before this thread ran, could miss a library loaded in between.)
     let mut objects_seen = loaded_objects_generation();
+    // The writer reads mapped ELF images for their build-ids, up to the end of the file,
+    // after the session has let go of the /proc/self/mem descriptor: it holds its own use.
+    let reads_memory = crate::unwind::safe_read::acquire().is_ok();
+    let maps = read_self_maps();
+    out.mappings.record(&maps);
+    out.mappings.read_build_ids(&maps);
     let mut taken_over = false;
     let mut memory_descriptor_noted = false;
     let mut tick = MIN_TICK;
@@ -186,6 +195,9 @@ pub fn run(
         if stop || exiting {
             out.write_pending(&state, true);
             let finished = out.finish();
+            if reads_memory {
+                crate::unwind::safe_read::release();
+            }
             if let Some(path) = exit_summary.filter(|_| exiting && !stop) {
                 print_exit_summary(&state, &finished, path);
             }
@@ -215,7 +227,9 @@ pub fn run(
         let generation = loaded_objects_generation();
         if generation != objects_seen {
             objects_seen = generation;
-            out.mappings.record(&read_self_maps());
+            let maps = read_self_maps();
+            out.mappings.record(&maps);
+            out.mappings.read_build_ids(&maps);
             sampler::refresh_dwarf();
         }
         let due = Instant::now() >= next_harvest;
@@ -277,11 +291,18 @@ impl OutputFile {
         let OutputFile {
             mut writer,
             error,
-            mappings,
+            mut mappings,
         } = self;
         let written = match error {
             Some(e) => Err(e),
-            None => writer.write_trailer(&mappings.complete(&read_self_maps())),
+            None => {
+                let maps = read_self_maps();
+                // The program may have closed or reused the descriptor since the last tick:
+                // read ELF images through one that is ours, not through its file.
+                let _ = crate::unwind::safe_read::check();
+                mappings.read_build_ids(&maps);
+                writer.write_trailer(&mappings.complete(&maps))
+            }
         };
         let file = writer.into_inner();
         let bytes = file.bytes_in_file();

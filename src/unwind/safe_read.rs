@@ -201,6 +201,19 @@ pub fn copy_words(addr: u64, buf: &mut [u64]) -> usize {
     }
 }
 
+/// Copies the bytes at `addr..` into `buf` through the kernel; returns how many were copied
+/// (0 without the descriptor). For the writer thread, which reads ELF headers of mapped
+/// objects that another thread may unmap at any moment. Not for signal context.
+pub fn copy_bytes(addr: u64, buf: &mut [u8]) -> usize {
+    let fd = MEM_FD.load(Ordering::Acquire);
+    if fd < 0 || addr > i64::MAX as u64 {
+        return 0;
+    }
+    // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`.
+    let r = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), addr as i64) };
+    usize::try_from(r).unwrap_or(0)
+}
+
 /// Whether the 8 bytes at `addr` were readable when asked (no `PROT_NONE`, mapped).
 /// Async-signal-safe; `errno` is left as it was.
 pub fn readable(addr: u64) -> bool {
