@@ -373,3 +373,82 @@ fn no_network_access_without_debuginfod_urls() {
     assert_eq!(traced("unset", &[]), Vec::<String>::new());
     assert_eq!(traced("empty", &[("DEBUGINFOD_URLS", " ")]), Vec::<String>::new());
 }
+
+/// Whether libc's separate debug info (Debian's libc6-dbg) is installed, by the build-id path
+/// gdb would use; outside CI its absence skips the test.
+fn have_libc_debug_info() -> bool {
+    let id = build_id(Path::new("/lib/x86_64-linux-gnu/libc.so.6"));
+    let found = Path::new("/usr/lib/debug/.build-id")
+        .join(&id[..2])
+        .join(format!("{}.debug", &id[2..]))
+        .is_file();
+    if !found {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "libc6-dbg is not installed (CI installs it)"
+        );
+        eprintln!("skipped: libc6-dbg is not installed");
+    }
+    found
+}
+
+/// The bundled demo spends about 45 % of its time inside libc (snprintf, qsort), which a
+/// stripped libc showed as one `[libc.so.6]` row: with libc6-dbg its internals are named.
+#[test]
+fn libc_internals_are_named_from_libc6_dbg() {
+    if !have_libc_debug_info() {
+        return;
+    }
+    let dir = scratch_dir("libc-dbg");
+    let demo = dir.join("demo");
+    run_ok(
+        Path::new("cc"),
+        &[
+            "-O2",
+            "-g",
+            "-fno-omit-frame-pointer",
+            root().join("examples/demo.c").to_str().unwrap(),
+            "-o",
+            demo.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let profile = dir.join("demo.prof");
+    run_preloaded(&demo, &[], &profile, &[("CPUPROFILE_FREQUENCY", "1000")]);
+    let top = cpuprof(&["top", "-n", "1000", profile.to_str().unwrap()], &[]);
+    let top = String::from_utf8_lossy(&top.stdout);
+    assert!(!top.contains("[libc.so.6]"), "an unnamed libc row:\n{top}");
+    // Local functions of libc: in no symbol table that libc.so.6 itself carries.
+    for internal in ["_itoa_word", "msort_with_tmp"] {
+        assert!(top.contains(internal), "{internal} not named:\n{top}");
+    }
+}
+
+/// Threads start in libc (clone3, start_thread): named, every thread's stack reaches its
+/// root, so `collapse` shows complete stacks.
+#[test]
+fn thread_stacks_reach_clone3() {
+    if !have_libc_debug_info() {
+        return;
+    }
+    let dir = scratch_dir("libc-dbg-threads");
+    let threads = compile_c(&dir, "threads.c", "threads", &["-O1", "-fno-omit-frame-pointer"], false);
+    let profile = dir.join("threads.prof");
+    run_preloaded(&threads, &["4", "0.1"], &profile, &[("CPUPROFILE_FREQUENCY", "1000")]);
+    let folded = cpuprof(&["collapse", profile.to_str().unwrap()], &[]);
+    let (mut rooted, mut total) = (0u64, 0u64);
+    for line in String::from_utf8_lossy(&folded.stdout).lines() {
+        let (stack, count) = line.rsplit_once(' ').unwrap();
+        let count: u64 = count.parse().unwrap();
+        total += count;
+        if stack.starts_with("clone3;") || stack.starts_with("_start;") {
+            rooted += count;
+        }
+    }
+    assert!(total > 0);
+    assert!(
+        rooted * 100 >= total * 95,
+        "{rooted} of {total} samples reach clone3 or _start:\n{}",
+        String::from_utf8_lossy(&folded.stdout)
+    );
+}

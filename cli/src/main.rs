@@ -5,6 +5,7 @@ mod dcpi;
 mod debug_info;
 mod diff;
 mod merge;
+mod plt;
 mod pprof_out;
 mod progress;
 mod record;

@@ -12,6 +12,7 @@
 //! (`/lib//libc.so.6`, `/lib/./libc.so.6`) is loaded once, by device and inode.
 
 use crate::debug_info::{self, DebugSearch};
+use crate::plt;
 use addr2line::Loader;
 use cpuprof::format::pprof::Frame;
 use cpuprof::format::{MapEntry, Maps};
@@ -351,6 +352,8 @@ fn load_binary(path: &Path, data: &[u8], debug: &mut DebugSearch) -> Option<Bina
             functions.extend(function_symbols(&debug_file));
         }
     }
+    let stubs = plt::stubs(&file, &functions);
+    functions.extend(stubs);
     functions.sort();
     functions.dedup_by_key(|f| f.0);
     // A debug file addr2line cannot read still gave its symbols: fall back to the object.
