@@ -354,7 +354,9 @@ fn load_binary(path: &Path, data: &[u8], debug: &mut DebugSearch) -> Option<Bina
     }
     let stubs = plt::stubs(&file, &functions);
     functions.extend(stubs);
-    functions.sort();
+    // Of the symbols at one address, the one with the largest extent is kept: the debug
+    // file's .symtab adds zero-size labels (assembly entry points) beside sized functions.
+    functions.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(a.2.cmp(&b.2)));
     functions.dedup_by_key(|f| f.0);
     // A debug file addr2line cannot read still gave its symbols: fall back to the object.
     let loader = separate
