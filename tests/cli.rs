@@ -1,5 +1,5 @@
 //! The `cpuprof` command on real profiles of the known-answer workload: agreement with pprof,
-//! conversion to pprof protobuf and DCPI, diff against another version and against a history,
+//! conversion to pprof protobuf and DCPI (diff: tests/diff.rs),
 //! collapse, merge, record, and symbols for binaries that moved.
 
 mod support;
@@ -216,63 +216,6 @@ fn collapse_and_flamegraph_show_the_workload() {
     let svg = std::fs::read_to_string(svg).unwrap();
     assert!(svg.starts_with("<?xml") && svg.trim_end().ends_with("</svg>"));
     assert!(svg.contains("hot_a") && svg.contains("hot_b") && svg.contains("main"));
-}
-
-/// A profile of the workload built with `hot_b` doing `b_work` units of work.
-fn version(dir: &Path, b_work: u32, run: usize) -> PathBuf {
-    let name = format!("hot_b{b_work}");
-    let exe = dir.join(&name);
-    if !exe.exists() {
-        compile_c(
-            dir,
-            "hot.c",
-            &name,
-            &[FLAGS, &[&format!("-DHOT_B_WORK={b_work}")]].concat(),
-            false,
-        );
-    }
-    let profile = dir.join(format!("{name}.run{run}.prof"));
-    run_preloaded(&exe, &["4"], &profile, &[("CPUPROFILE_FREQUENCY", "250")]);
-    profile
-}
-
-#[test]
-fn diff_flags_the_doubled_function_and_nothing_else() {
-    let dir = scratch_dir("cli_diff");
-    let (base, again, doubled) = (version(&dir, 1, 0), version(&dir, 1, 1), version(&dir, 2, 0));
-    let out = cpuprof(&["diff", base.to_str().unwrap(), doubled.to_str().unwrap()]);
-    let report = text(&out);
-    assert_eq!(out.status.code(), Some(3), "{report}");
-    let grew = report.split("shrank:").next().unwrap();
-    let shrank = report.split("shrank:").nth(1).unwrap_or("");
-    assert!(grew.contains("hot_b") && !grew.contains("hot_a"), "{report}");
-    assert!(shrank.contains("hot_a") && !shrank.contains("hot_b"), "{report}");
-    let flagged = report
-        .lines()
-        .filter(|l| l.trim_start().starts_with(['+', '-']))
-        .count();
-    assert_eq!(flagged, 2, "only hot_a and hot_b: {report}");
-    let out = cpuprof(&["diff", base.to_str().unwrap(), again.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(0), "same program flagged: {}", text(&out));
-}
-
-#[test]
-fn diff_against_history_flags_what_left_the_usual_range() {
-    let dir = scratch_dir("cli_history");
-    let history = dir.join("history");
-    std::fs::create_dir_all(&history).unwrap();
-    for run in 0..3 {
-        let p = version(&dir, 1, run);
-        std::fs::rename(&p, history.join(p.file_name().unwrap())).unwrap();
-    }
-    let usual = version(&dir, 1, 9);
-    let out = cpuprof(&["diff", "--history", history.to_str().unwrap(), usual.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(0), "a usual run flagged: {}", text(&out));
-    let grown = version(&dir, 2, 0);
-    let out = cpuprof(&["diff", "--history", history.to_str().unwrap(), grown.to_str().unwrap()]);
-    let report = text(&out);
-    assert_eq!(out.status.code(), Some(3), "{report}");
-    assert!(report.contains("hot_b") && report.contains("hot_a"), "{report}");
 }
 
 #[test]

@@ -4,6 +4,7 @@ mod cut_short;
 mod dcpi;
 mod debug_info;
 mod diff;
+mod function_ranges;
 mod merge;
 mod plt;
 mod pprof_out;
@@ -22,7 +23,7 @@ use symbolize::Locator;
 
 const EXIT_STATUS: &str = "\
 Exit status: 0 success; 1 an input is not a valid profile, or a file cannot be read or written;
-2 usage error; 3 `diff` found significant changes. `record` exits with the recorded program's
+2 usage error; 3 `diff` found significant changes (with --fail-on: a condition was met). `record` exits with the recorded program's
 status (128 + N if signal N killed it).";
 
 #[derive(Parser)]
@@ -64,19 +65,66 @@ impl From<Symbols> for Locator {
     }
 }
 
-/// How `diff` decides what changed.
-#[derive(Args, Clone, Copy)]
+/// How `diff` reads and judges profiles.
+#[derive(Args, Clone)]
 struct DiffCriteria {
-    /// Compare flat (self) shares instead of cumulative ones (the function and all it calls,
+    /// Compare flat (self) samples instead of cumulative ones (the function and all it calls,
     /// which inlining cannot hide).
     #[arg(long)]
     flat: bool,
-    /// Smallest change flagged, in |z| (the change over its sampling error).
-    #[arg(long, default_value_t = 4.0)]
-    threshold: f64,
-    /// Smallest change flagged, in percentage points of share.
-    #[arg(long, default_value_t = 1.0)]
-    min_change: f64,
+    /// The chance, when nothing changed, that anything is marked significant (family-wise,
+    /// Holm's correction over the functions compared).
+    #[arg(long, default_value_t = 0.001, value_parser = probability)]
+    alpha: f64,
+    /// Coverage of the intervals shown.
+    #[arg(long, default_value_t = 0.95, value_parser = probability)]
+    confidence: f64,
+    /// Rows shown besides the significant ones.
+    #[arg(short = 'n', long, default_value_t = 10)]
+    count: usize,
+    /// The kernel tick (us) of the machine that recorded the profiles: the default timer looks
+    /// at the stack at most once a tick. Default: this machine's tick.
+    #[arg(long, value_name = "US")]
+    tick_us: Option<u64>,
+    /// The work each run did (requests, items, ...), as BASE,NEW: times are then per unit.
+    /// Without it, both runs are taken to have done the same work.
+    #[arg(long, value_name = "BASE,NEW", value_parser = units, conflicts_with = "history")]
+    units: Option<(f64, f64)>,
+    /// Exit with status 3 when a function grew significantly and by at least this much:
+    /// `significant` (any significant growth), `share=POINTS`, `growth=PERCENT%` (of the
+    /// baseline's total time), `growth=SECONDS` with s, ms or us; or when the total CPU time
+    /// grew by `total=PERCENT%` (a plain threshold: set it above the run-to-run noise).
+    /// Repeatable; any condition met fails.
+    #[arg(long, value_name = "CONDITION")]
+    fail_on: Vec<diff::Gate>,
+}
+
+fn probability(text: &str) -> Result<f64, String> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|p| *p > 0.0 && *p < 1.0)
+        .ok_or_else(|| format!("`{text}` is not a probability between 0 and 1"))
+}
+
+fn units(text: &str) -> Result<(f64, f64), String> {
+    let positive = |v: &str| v.trim().parse::<f64>().ok().filter(|u| u.is_finite() && *u > 0.0);
+    text.split_once(',')
+        .and_then(|(a, b)| Some((positive(a)?, positive(b)?)))
+        .ok_or_else(|| format!("`{text}`: expected BASE,NEW, two positive numbers"))
+}
+
+/// The kernel tick of this machine: the resolution of the coarse clocks, which advance once a
+/// tick (4 ms on a 250 Hz kernel). 4 ms when it cannot be read.
+fn local_tick_us() -> u64 {
+    let mut res = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_getres writes one timespec into `res`.
+    let ok = unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC_COARSE, &mut res) } == 0;
+    let us = res.tv_sec as u64 * 1_000_000 + res.tv_nsec as u64 / 1000;
+    if ok && (100..=100_000).contains(&us) {
+        us
+    } else {
+        4000
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -123,11 +171,16 @@ enum Command {
     },
     /// What grew and what shrank between two profiles, or against a history of profiles.
     #[command(after_help = "\
-Cumulative shares are compared (--flat: self time), so runs of different lengths compare
-fairly and inlined code counts for the function it was inlined into. A change is flagged when it
-is at least --min-change points and at least --threshold standard errors of sampling noise.
-With --history DIR, NEW is compared with the mean and run-to-run spread of the profiles in DIR.
-Exit status 3 when something is flagged.")]
+For each function: the change in its share (cumulative; --flat: self time) and in its CPU time
+(samples x period, per unit of work with --units), each with an interval. Counts are turned into
+independent observations first: the default timer looks at the stack once per kernel tick, so at
+1000 Hz on a 4 ms tick 1000 samples are ~250 observations. A change of share is marked * when
+significant after Holm's correction over all functions (--alpha family-wise); times are not
+marked between two runs, whose totals vary by more than sampling. The largest changes are shown
+with their intervals whether significant or not, with how many times the samples would settle them.
+With --history DIR, NEW is compared with the mean of the profiles in DIR, judged against their
+run-to-run spread, and times are marked too. Exit status 3 when something is significant, or with
+--fail-on, when a condition is met.")]
     Diff {
         /// The baseline profile (omit with --history).
         #[arg(required_unless_present = "history")]
@@ -232,47 +285,65 @@ fn run(command: Command) -> Result<u8, String> {
             symbols,
         } => {
             let locator: Locator = symbols.into();
-            let criteria = diff::Criteria {
+            let opts = diff::Options {
                 cumulative: !criteria.flat,
-                threshold: criteria.threshold,
-                min_points: criteria.min_change,
+                alpha: criteria.alpha,
+                confidence: criteria.confidence,
+                rows: criteria.count,
             };
-            let (changes, header, before) = match history {
+            let tick_us = criteria.tick_us.unwrap_or_else(local_tick_us);
+            let summary = |path: &Path, units: f64| -> Result<diff::Summary, String> {
+                let profile = read_profile(path, &locator)?;
+                let stacks = Stacks::symbolise(&profile, &locator);
+                Ok(diff::Summary::new(
+                    &stacks,
+                    profile.records,
+                    units,
+                    opts.cumulative,
+                    tick_us,
+                ))
+            };
+            let report = match history {
                 Some(dir) => {
                     // With --history the single positional argument is NEW.
                     let new = new.or(base).ok_or("diff --history needs the NEW profile")?;
-                    let past = read_history(&dir, &locator)?;
-                    let latest = Stacks::symbolise(&read_profile(&new, &locator)?, &locator);
+                    let past = read_history(&dir, &|path: &Path| summary(path, 1.0))?;
+                    let latest = summary(&new, 1.0)?;
                     let header = format!(
-                        "{} ({} samples) against {} profiles in {}",
+                        "{} ({}) against {} profiles in {} (tick {tick_us} us)",
                         new.display(),
-                        latest.total(),
+                        latest.describe(),
                         past.len(),
                         dir.display()
                     );
-                    (diff::against_history(&past, &latest, criteria), header, "usual")
+                    diff::against_history(&past, &latest, header, opts)
                 }
                 None => {
                     let (base, new) = (
                         base.ok_or("diff needs BASE and NEW")?,
                         new.ok_or("diff needs BASE and NEW")?,
                     );
-                    let (a, b) = (
-                        Stacks::symbolise(&read_profile(&base, &locator)?, &locator),
-                        Stacks::symbolise(&read_profile(&new, &locator)?, &locator),
-                    );
+                    let (units_a, units_b) = criteria.units.unwrap_or((1.0, 1.0));
+                    let (a, b) = (summary(&base, units_a)?, summary(&new, units_b)?);
                     let header = format!(
-                        "{} ({} samples) -> {} ({} samples)",
+                        "{} ({}) -> {} ({}) (tick {tick_us} us)",
                         base.display(),
-                        a.total(),
+                        a.describe(),
                         new.display(),
-                        b.total()
+                        b.describe()
                     );
-                    (diff::compare(&a, &b, criteria), header, "before")
+                    diff::compare(&a, &b, header, criteria.units.is_some(), opts)
                 }
             };
-            print!("{}", diff::render(&changes, &header, before));
-            Ok(if changes.is_empty() { 0 } else { 3 })
+            print!("{}", report.render(opts));
+            if criteria.fail_on.is_empty() {
+                return Ok(if report.significant().next().is_some() { 3 } else { 0 });
+            }
+            let failures = report.failures(&criteria.fail_on);
+            for failure in &failures {
+                println!("FAIL {failure}");
+            }
+            Ok(if failures.is_empty() { 0 } else { 3 })
         }
         Command::Collapse { file, output, symbols } => {
             let locator: Locator = symbols.into();
@@ -413,15 +484,15 @@ fn sorted_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
     Ok(files)
 }
 
-/// Every raw profile in `dir`, symbolised; other files are skipped with a note.
-fn read_history(dir: &Path, locator: &Locator) -> Result<Vec<Stacks>, String> {
+/// Every raw profile in `dir`, read by `read`; other files are skipped with a note.
+fn read_history<T>(dir: &Path, read: &dyn Fn(&Path) -> Result<T, String>) -> Result<Vec<T>, String> {
     let files = sorted_files(dir)?;
     let mut out = Vec::new();
     let mut progress = progress::Progress::new("reading history", files.len());
     for (i, path) in files.iter().enumerate() {
         progress.update(i);
-        match cut_short::read(path, &read_bytes(path)?, locator) {
-            Ok(p) => out.push(Stacks::symbolise(&p, locator)),
+        match read(path) {
+            Ok(p) => out.push(p),
             Err(e) => eprintln!("cpuprof: skipping {}: {e}", path.display()),
         }
     }

@@ -12,6 +12,7 @@
 //! (`/lib//libc.so.6`, `/lib/./libc.so.6`) is loaded once, by device and inode.
 
 use crate::debug_info::{self, DebugSearch};
+use crate::function_ranges::LazyFunctionRanges;
 use crate::plt;
 use addr2line::Loader;
 use cpuprof::format::pprof::Frame;
@@ -158,19 +159,33 @@ struct Binary {
     functions: Vec<(u64, u64, String)>,
     /// Link-time address and size of the (first) executable segment.
     text: Option<(u64, u64)>,
+    /// Function extents from the unwind tables, for addresses no symbol covers.
+    function_ranges: LazyFunctionRanges,
 }
 
 impl Binary {
     /// The function symbol whose extent holds `svma`. Unlike nearest-preceding lookup, an
     /// address in a function the table does not list (a static function in a stripped
-    /// library) stays unknown instead of being charged to its neighbour.
+    /// library) stays unknown instead of being charged to its neighbour. A symbol without a
+    /// size (hand-written assembly) holds the unwind-table extent it starts.
     fn function_at(&self, svma: u64) -> Option<&str> {
         let i = self
             .functions
             .partition_point(|&(start, _, _)| start <= svma)
             .checked_sub(1)?;
         let (start, size, name) = &self.functions[i];
-        (svma - start < (*size).max(1)).then_some(name.as_str())
+        let holds = match *size {
+            0 => {
+                svma == *start
+                    || self
+                        .function_ranges
+                        .get()
+                        .containing(svma)
+                        .is_some_and(|(s, _)| s == *start)
+            }
+            size => svma - start < size,
+        };
+        holds.then_some(name.as_str())
     }
 
     /// The link-time address of file offset `offset`, if a loadable segment holds it.
@@ -210,29 +225,38 @@ impl Symbolizer {
         }
     }
 
-    /// Frames at `addr`, innermost inlined frame first. Unknown code is one frame named
-    /// `[object]` (as pprof names it), so a stripped library's many unnamed addresses add up
-    /// in one row instead of scattering; an address in no mapping is named in hex. `addr` must already point inside the call
-    /// instruction for return addresses.
+    /// Frames at `addr`, innermost inlined frame first; none where neither symbols, DWARF nor
+    /// unwind tables name the code, so that a protobuf keeps just the address and mapping and
+    /// its reader may symbolise it. `addr` must already point inside the call instruction for
+    /// return addresses.
     pub fn frames(&mut self, maps: &Maps, addr: u64) -> Vec<Frame> {
         let Some(map) = maps.find(addr) else {
-            return vec![unknown(format!("{addr:#x}"))];
+            return Vec::new();
         };
         // Wrapping: offsets in a crafted map may be anything; a wrong offset finds no symbol.
         let file_offset = (addr - map.start).wrapping_add(map.offset);
-        self.frames_in(map, file_offset)
-            .unwrap_or_else(|| vec![unknown(format!("[{}]", file_name(&map.path)))])
+        self.frames_in(map, file_offset).unwrap_or_default()
     }
 
-    /// Function names at `addr`, innermost first (see [`Symbolizer::frames`]).
+    /// Function names at `addr`, innermost first (see [`Symbolizer::frames`]). Unnamed code is
+    /// one frame named `[object]` (as pprof names it), so what even the unwind tables do not
+    /// cover adds up in one row per object instead of scattering; an address in no mapping is
+    /// named in hex.
     pub fn functions(&mut self, maps: &Maps, addr: u64) -> Vec<String> {
-        self.frames(maps, addr).into_iter().map(|f| f.function).collect()
+        let names: Vec<String> = self.frames(maps, addr).into_iter().map(|f| f.function).collect();
+        if !names.is_empty() {
+            return names;
+        }
+        vec![match maps.find(addr) {
+            Some(map) => format!("[{}]", file_name(&map.path)),
+            None => format!("{addr:#x}"),
+        }]
     }
 
     /// Frames at link-time address `svma` of the object mapped from `path`.
     pub fn frames_at_svma(&mut self, path: &str, svma: u64) -> Option<Vec<Frame>> {
         let binary = self.binary(path, 0)?;
-        frames_of(binary, svma)
+        frames_of(binary, file_name(path), svma)
     }
 
     /// Link-time start and size of the executable segment of the object mapped from `path`.
@@ -251,7 +275,7 @@ impl Symbolizer {
 
     fn frames_in(&mut self, map: &MapEntry, file_offset: u64) -> Option<Vec<Frame>> {
         let binary = self.binary(&map.path, map.inode)?;
-        frames_of(binary, binary.svma(file_offset)?)
+        frames_of(binary, file_name(&map.path), binary.svma(file_offset)?)
     }
 
     fn binary(&mut self, path: &str, inode: u64) -> Option<&Binary> {
@@ -295,7 +319,9 @@ impl Symbolizer {
     }
 }
 
-fn frames_of(binary: &Binary, svma: u64) -> Option<Vec<Frame>> {
+/// Frames at `svma` in `binary`, mapped from a file named `object`: from DWARF, else the
+/// symbol holding it, else the unwind-table extent holding it (`object+0xSTART`).
+fn frames_of(binary: &Binary, object: &str, svma: u64) -> Option<Vec<Frame>> {
     let mut out = Vec::new();
     if let Ok(mut frames) = binary.loader.find_frames(svma) {
         while let Ok(Some(frame)) = frames.next() {
@@ -313,8 +339,14 @@ fn frames_of(binary: &Binary, svma: u64) -> Option<Vec<Frame>> {
         }
     }
     if out.is_empty() {
-        let sym = binary.function_at(svma)?;
-        out.push(unknown(addr2line::demangle_auto(sym.into(), None).into_owned()));
+        let name = match binary.function_at(svma) {
+            Some(sym) => addr2line::demangle_auto(sym.into(), None).into_owned(),
+            None => {
+                let (start, _) = binary.function_ranges.get().containing(svma)?;
+                format!("{object}+{start:#x}")
+            }
+        };
+        out.push(unknown(name));
     }
     Some(out)
 }
@@ -370,6 +402,7 @@ fn load_binary(path: &Path, data: &[u8], debug: &mut DebugSearch) -> Option<Bina
         segments,
         functions,
         text,
+        function_ranges: LazyFunctionRanges::new(path.to_path_buf()),
     })
 }
 

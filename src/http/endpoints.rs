@@ -11,7 +11,7 @@ use flate2::write::GzEncoder;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// `seconds` when the request gives none (pprof's default).
 const DEFAULT_SECONDS: u64 = 30;
@@ -44,16 +44,20 @@ pub fn handle(req: &Request, client_gone: ClientWatch) -> Response {
         ),
         ("GET", "/pprof/profile") => profile(req, Encoding::Legacy, client_gone),
         ("GET", "/debug/pprof/profile") => profile(req, Encoding::Protobuf, client_gone),
-        ("GET", "/pprof/symbol") => Response::text(200, "num_symbols: 1"),
-        ("POST", "/pprof/symbol") => symbols(&req.body),
+        // go tool pprof asks `<profile URL>/../symbol` for names of mappings the profile has none
+        // for: `/debug/pprof/symbol` after `/debug/pprof/profile`. (Not GET with addresses in
+        // the query, as Go's own handler also takes: google-pprof's URLs put the user's
+        // `?seconds=N` there.)
+        ("GET", "/pprof/symbol" | "/debug/pprof/symbol") => Response::text(200, "num_symbols: 1"),
+        ("POST", "/pprof/symbol" | "/debug/pprof/symbol") => symbols(&req.body),
         ("GET", "/pprof/cmdline") => cmdline(),
         (_, "/pprof/profile" | "/debug/pprof/profile" | "/pprof/cmdline") => method_not_allowed("GET"),
-        (_, "/pprof/symbol") => method_not_allowed("GET, POST"),
+        (_, "/pprof/symbol" | "/debug/pprof/symbol") => method_not_allowed("GET, POST"),
         (_, path) => Response::text(
             404,
             format!(
                 "{path}: no such endpoint; try /pprof/profile?seconds=N, /debug/pprof/profile?seconds=N, \
-                 /pprof/symbol, /pprof/cmdline"
+                 /pprof/symbol, /debug/pprof/symbol, /pprof/cmdline"
             ),
         ),
     }
@@ -89,8 +93,8 @@ fn profile(req: &Request, encoding: Encoding, client_gone: ClientWatch) -> Respo
     }
     let result = take_profile(seconds, client_gone);
     PROFILING.store(false, Ordering::Release);
-    let bytes = match result {
-        Ok(Some(bytes)) => bytes,
+    let taken = match result {
+        Ok(Some(taken)) => taken,
         // Nobody reads this; the connection is closed after it.
         Ok(None) => return Response::text(400, "the client closed the connection; profile abandoned"),
         Err(Error::AlreadyRunning { path }) => {
@@ -106,8 +110,8 @@ fn profile(req: &Request, encoding: Encoding, client_gone: ClientWatch) -> Respo
         Err(e) => return Response::text(500, format!("cannot take a profile: {e}")),
     };
     match encoding {
-        Encoding::Legacy => Response::new(200, "application/octet-stream", bytes),
-        Encoding::Protobuf => match to_gzipped_protobuf(&bytes) {
+        Encoding::Legacy => Response::new(200, "application/octet-stream", taken.bytes),
+        Encoding::Protobuf => match to_gzipped_protobuf(&taken) {
             Ok(body) => {
                 let mut r = Response::new(200, "application/octet-stream", body);
                 r.headers
@@ -129,10 +133,17 @@ pub fn parse_seconds(value: Option<&str>) -> Result<u64, String> {
     }
 }
 
+/// A profile taken on demand: the legacy file's bytes, when it started and how long it ran.
+struct Taken {
+    bytes: Vec<u8>,
+    started: SystemTime,
+    duration: Duration,
+}
+
 /// Profiles the whole process for `seconds` into a private temporary file and returns its
 /// bytes; `None` when the client hung up first: the profile is stopped and its file removed
 /// at once, so the next request need not wait for a profile nobody will read.
-fn take_profile(seconds: u64, client_gone: ClientWatch) -> Result<Option<Vec<u8>>, Error> {
+fn take_profile(seconds: u64, client_gone: ClientWatch) -> Result<Option<Taken>, Error> {
     static REQUESTS: AtomicU64 = AtomicU64::new(0);
     let path: PathBuf = std::env::temp_dir().join(format!(
         "cpuprof-http-{}-{}.prof",
@@ -143,19 +154,26 @@ fn take_profile(seconds: u64, client_gone: ClientWatch) -> Result<Option<Vec<u8>
         report_on_stderr: false,
         ..Options::from_env(|k| std::env::var(k).ok())
     };
+    let (started, clock) = (SystemTime::now(), Instant::now());
     global::start_on_demand(&path, options)?;
     let abandoned = client_gone(Duration::from_secs(seconds));
     let stopped = global::stop_on_demand();
+    let duration = clock.elapsed();
     let bytes = (!abandoned).then(|| std::fs::read(&path));
     let _ = std::fs::remove_file(&path);
     stopped?;
-    bytes.transpose().map_err(|source| Error::Write { path, source })
+    let bytes = bytes.transpose().map_err(|source| Error::Write { path, source })?;
+    Ok(bytes.map(|bytes| Taken {
+        bytes,
+        started,
+        duration,
+    }))
 }
 
-fn to_gzipped_protobuf(legacy: &[u8]) -> Result<Vec<u8>, String> {
-    let profile = Profile::parse(legacy).map_err(|e| e.to_string())?;
+fn to_gzipped_protobuf(taken: &Taken) -> Result<Vec<u8>, String> {
+    let profile = Profile::parse(&taken.bytes).map_err(|e| e.to_string())?;
     let mut symbolizer = Symbolizer::new(profile.maps.clone());
-    let pprof = Pprof::from_profile(
+    let mut pprof = Pprof::from_profile(
         &profile,
         |addr| {
             symbolizer
@@ -169,6 +187,23 @@ fn to_gzipped_protobuf(legacy: &[u8]) -> Result<Vec<u8>, String> {
         },
         |_| String::new(),
     );
+    // Lines only for named locations: a line without a function is nothing a reader shows.
+    let named: Vec<u64> = pprof
+        .locations
+        .iter()
+        .filter(|l| !l.frames.is_empty())
+        .map(|l| l.address)
+        .collect();
+    let lines = symbolizer.lines(&named);
+    for location in &mut pprof.locations {
+        if let (Some(frame), Some((file, line))) = (location.frames.first_mut(), lines.get(&location.address)) {
+            (frame.file, frame.line) = (file.clone(), *line);
+        }
+    }
+    // The legacy file has no clock; the profile's own start and length are known here.
+    let since_epoch = taken.started.duration_since(UNIX_EPOCH).unwrap_or_default();
+    pprof.time_ns = u64::try_from(since_epoch.as_nanos()).unwrap_or(u64::MAX);
+    pprof.duration_ns = u64::try_from(taken.duration.as_nanos()).unwrap_or(u64::MAX);
     let mut gz = GzEncoder::new(Vec::new(), flate2::Compression::default());
     gz.write_all(&pprof.encode()).map_err(|e| e.to_string())?;
     gz.finish().map_err(|e| e.to_string())
@@ -258,6 +293,9 @@ mod tests {
     #[test]
     fn text_endpoints_and_refusals() {
         assert_eq!(handle(&get("/pprof/symbol")).body, b"num_symbols: 1\n");
+        assert_eq!(handle(&get("/debug/pprof/symbol")).body, b"num_symbols: 1\n");
+        // google-pprof's form of the symbol URL: the user's query is not addresses.
+        assert_eq!(handle(&get("/pprof/symbol?seconds=2")).body, b"num_symbols: 1\n");
         let cmdline = String::from_utf8(handle(&get("/pprof/cmdline")).body).unwrap();
         assert!(cmdline.lines().next().is_some_and(|l| !l.is_empty()), "{cmdline}");
         for path in ["/pprof/heap", "/pprof/growth", "/pprof/contention", "/pprof/pmuprofile"] {
@@ -266,25 +304,29 @@ mod tests {
             assert!(String::from_utf8_lossy(&r.body).contains("not supported"));
         }
         assert_eq!(handle(&get("/nope")).status, 404);
-        let mut delete = get("/pprof/profile");
-        delete.method = "DELETE".into();
-        assert_eq!(handle(&delete).status, 405);
+        for path in ["/pprof/profile", "/debug/pprof/symbol"] {
+            let mut delete = get(path);
+            delete.method = "DELETE".into();
+            assert_eq!(handle(&delete).status, 405, "{path}");
+        }
     }
 
     #[test]
     fn symbol_lookup_names_this_process_functions() {
         let addr = cmdline as *const () as usize as u64;
-        let mut req = get("/pprof/symbol");
-        req.method = "POST".into();
-        req.body = format!("{addr:#x}+0x8").into_bytes();
-        let body = String::from_utf8(handle(&req).body).unwrap();
-        let lines: Vec<&str> = body.lines().collect();
-        assert_eq!(lines.len(), 1, "{body}");
-        assert!(
-            lines[0].starts_with(&format!("{addr:#x}\t")) && lines[0].contains("cmdline"),
-            "{body}"
-        );
-        req.body = b"0xzz".to_vec();
-        assert_eq!(handle(&req).status, 400);
+        for path in ["/pprof/symbol", "/debug/pprof/symbol"] {
+            let mut req = get(path);
+            req.method = "POST".into();
+            req.body = format!("{addr:#x}+0x8").into_bytes();
+            let body = String::from_utf8(handle(&req).body).unwrap();
+            let lines: Vec<&str> = body.lines().collect();
+            assert_eq!(lines.len(), 1, "{path}: {body}");
+            assert!(
+                lines[0].starts_with(&format!("{addr:#x}\t")) && lines[0].contains("cmdline"),
+                "{path}: {body}"
+            );
+            req.body = b"0xzz".to_vec();
+            assert_eq!(handle(&req).status, 400);
+        }
     }
 }

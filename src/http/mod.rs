@@ -1,6 +1,7 @@
 //! An HTTP endpoint inside the profiled process, so it can be profiled on demand: pprof's
 //! remote-server protocol (`go tool pprof` / `google-pprof http://host:port/pprof/profile`)
-//! and `/debug/pprof/profile` in gzipped protobuf for Parca, Pyroscope and go tool pprof.
+//! and `/debug/pprof/profile` in gzipped protobuf for Parca, Pyroscope and go tool pprof (with
+//! `/debug/pprof/symbol`, which go tool pprof asks for names the protobuf lacks).
 //! Started by `CPUPROF_HTTP=[host:]port` (loopback unless a host is named), by [`serve`] or by
 //! the C function `CpuprofServeHttp`.
 //!
@@ -20,6 +21,7 @@
 //! are checked the same way before every read and write and before they are closed.
 
 mod endpoints;
+mod lines;
 mod request;
 mod symbols;
 

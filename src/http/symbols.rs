@@ -2,14 +2,25 @@
 //! process, from the ELF symbol tables (`.symtab`, else `.dynsym`) of the files in
 //! `/proc/self/maps`. Runs on the endpoint's thread, never in signal context.
 //!
+//! Code no symbol covers (static functions of a stripped binary, a library's internal
+//! functions with only `.dynsym` left) is named by function all the same: the unwind tables
+//! survive `strip --strip-all`, and `.eh_frame_hdr`'s binary-search table gives the start of
+//! every function with an FDE. Such a function is named `object+0xSTART`, START its link-time
+//! address (the CLI's convention: stable across runs, and `addr2line -e object 0xSTART`
+//! looks it up in the unstripped build). The table is read the first time an address of the
+//! object misses its symbols, so objects whose symbols cover everything never pay for it.
+//!
 //! A small reader of ELF64 little-endian files rather than a general object-file crate: it
 //! needs three tables, and it keeps the preloaded library small. Names are returned as the
 //! symbol tables hold them (C++ and Rust names mangled; pprof demangles them).
 
+use super::lines::{self, Section};
 use crate::format::Maps;
+use gimli::{BaseAddresses, EhFrame, EhFrameOffset, LittleEndian, UnwindSection};
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fs::File;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 
 /// Function symbols of one file: (link-time start, size, name), sorted by start, and its
 /// loadable segments (file offset, file size, link-time address).
@@ -17,12 +28,40 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 struct FileSymbols {
     functions: Vec<(u64, u64, String)>,
     segments: Vec<(u64, u64, u64)>,
+    /// Where `.eh_frame_hdr` is (`PT_GNU_EH_FRAME`), if the file has one.
+    eh_frame_hdr: Option<Segment>,
+    /// The DWARF line tables and their strings, if the file has them uncompressed.
+    debug_line: Option<Section>,
+    debug_line_str: Option<Section>,
+}
+
+/// A program header's file offset, link-time address and size in the file.
+#[derive(Clone, Copy, Debug)]
+struct Segment {
+    offset: u64,
+    vaddr: u64,
+    size: u64,
+}
+
+/// One object as the symboliser knows it: its symbols, and the function ranges of its unwind
+/// tables, read at the first address the symbols do not cover.
+struct Object {
+    path: String,
+    name: String,
+    /// Device and inode of the file the symbols came from: the unwind tables are read from
+    /// the same file or not at all. (The file is opened again rather than kept open: a
+    /// request touching hundreds of objects must not hold hundreds of the program's
+    /// descriptors.)
+    identity: (u64, u64),
+    symbols: FileSymbols,
+    /// (link-time start, end) of each function with an FDE, sorted by start.
+    unwind_functions: Option<Vec<(u64, u64)>>,
 }
 
 /// Symbolises addresses of the current process, reading each file once.
 pub struct Symbolizer {
     maps: Maps,
-    files: HashMap<String, Option<FileSymbols>>,
+    files: HashMap<String, Option<Object>>,
 }
 
 impl Symbolizer {
@@ -38,24 +77,93 @@ impl Symbolizer {
         }
     }
 
-    /// The function containing `addr`, if a symbol table covers it.
-    pub fn function(&mut self, addr: u64) -> Option<&str> {
+    /// The function containing `addr`: its symbol, else `object+0xSTART` for the function
+    /// the unwind tables give; `None` if neither covers it.
+    pub fn function(&mut self, addr: u64) -> Option<Cow<'_, str>> {
+        let (object, svma) = self.locate(addr)?;
+        let functions = &object.symbols.functions;
+        let symbol = functions.partition_point(|f| f.0 <= svma).checked_sub(1);
+        if let Some(i) = symbol.filter(|&i| svma - functions[i].0 < functions[i].1.max(1)) {
+            return Some(Cow::Borrowed(functions[i].2.as_str()));
+        }
+        if object.unwind_functions.is_none() {
+            object.unwind_functions = Some(match (object.reopen(), object.symbols.eh_frame_hdr) {
+                (Some(file), Some(hdr)) => unwind_functions(&file, hdr, &object.symbols.segments),
+                _ => Vec::new(),
+            });
+        }
+        let ranges = object.unwind_functions.as_deref().unwrap_or_default();
+        let i = ranges.partition_point(|f| f.0 <= svma).checked_sub(1)?;
+        let (start, end) = ranges[i];
+        (svma < end).then(|| Cow::Owned(format!("{}+{start:#x}", object.name)))
+    }
+
+    /// The source file and line of each of `addresses` that the line tables of its object
+    /// cover (see `lines` for what is read and the bounds). Objects are taken in path order,
+    /// so which ones a request's budget reaches does not depend on hashing.
+    pub fn lines(&mut self, addresses: &[u64]) -> HashMap<u64, (String, u64)> {
+        let mut by_object: HashMap<String, Vec<(u64, u64)>> = HashMap::new();
+        for &addr in addresses {
+            if let Some((object, svma)) = self.locate(addr) {
+                by_object.entry(object.path.clone()).or_default().push((svma, addr));
+            }
+        }
+        let mut objects: Vec<_> = by_object.into_iter().collect();
+        objects.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut budget = lines::MAX_DEBUG_LINE_PER_REQUEST;
+        let mut out = HashMap::new();
+        for (path, mut wanted) in objects {
+            let Some(Some(object)) = self.files.get(&path) else {
+                continue;
+            };
+            let Some(debug_line) = object.symbols.debug_line else {
+                continue;
+            };
+            if debug_line.size > budget.min(lines::MAX_DEBUG_LINE) {
+                continue;
+            }
+            budget -= debug_line.size;
+            let Some(file) = object.reopen() else {
+                continue;
+            };
+            wanted.sort_unstable();
+            let svmas: Vec<u64> = wanted.iter().map(|w| w.0).collect();
+            let read = |offset, len| file.read_at(offset, len);
+            let answers = lines::lines(&read, debug_line, object.symbols.debug_line_str, &svmas);
+            for (&(_, addr), answer) in wanted.iter().zip(answers) {
+                if let Some(answer) = answer {
+                    out.insert(addr, answer);
+                }
+            }
+        }
+        out
+    }
+
+    /// The object mapped at `addr` (read at its first address) and `addr`'s link-time address.
+    fn locate(&mut self, addr: u64) -> Option<(&mut Object, u64)> {
         let map = self.maps.find(addr)?;
         let (path, file_offset) = (map.path.clone(), (addr - map.start).wrapping_add(map.offset));
-        let file = self
+        let object = self
             .files
             .entry(path.clone())
-            .or_insert_with(|| path.starts_with('/').then(|| read_symbols(&path)).flatten())
-            .as_ref()?;
-        let &(off, _, vaddr) = file
+            .or_insert_with(|| path.starts_with('/').then(|| read_object(&path)).flatten())
+            .as_mut()?;
+        let &(off, _, vaddr) = object
+            .symbols
             .segments
             .iter()
             .find(|&&(off, size, _)| off <= file_offset && file_offset - off < size)?;
         // Wrapping: the file's numbers may be anything; a wrong answer is only a wrong name.
-        let svma = (file_offset - off).wrapping_add(vaddr);
-        let i = file.functions.partition_point(|f| f.0 <= svma).checked_sub(1)?;
-        let (start, size, name) = &file.functions[i];
-        (svma - start < (*size).max(1)).then_some(name.as_str())
+        Some((object, (file_offset - off).wrapping_add(vaddr)))
+    }
+}
+
+impl Object {
+    /// The object's file opened again, if the path still holds the same file.
+    fn reopen(&self) -> Option<FileBytes> {
+        let (file, size) = open_regular(&self.path)?;
+        let meta = file.metadata().ok()?;
+        ((meta.dev(), meta.ino()) == self.identity).then_some(FileBytes { file, size })
     }
 }
 
@@ -74,9 +182,17 @@ pub(crate) fn open_regular(path: &str) -> Option<(File, u64)> {
     meta.file_type().is_file().then_some((file, meta.len()))
 }
 
-fn read_symbols(path: &str) -> Option<FileSymbols> {
+fn read_object(path: &str) -> Option<Object> {
     let (file, size) = open_regular(path)?;
-    parse_elf(&FileBytes { file, size })
+    let meta = file.metadata().ok()?;
+    let symbols = parse_elf(&FileBytes { file, size })?;
+    Some(Object {
+        path: path.to_string(),
+        name: path.rsplit('/').next().unwrap_or(path).to_string(),
+        identity: (meta.dev(), meta.ino()),
+        symbols,
+        unwind_functions: None,
+    })
 }
 
 /// Largest table (program or section headers, symbols, symbol names) read from one file: the
@@ -123,7 +239,10 @@ impl ReadAt for [u8] {
 }
 
 const PT_LOAD: u32 = 1;
+const PT_GNU_EH_FRAME: u32 = 0x6474_e550;
 const SHT_SYMTAB: u32 = 2;
+const SHT_NOBITS: u32 = 8;
+const SHF_COMPRESSED: u64 = 0x800;
 const SHT_DYNSYM: u32 = 11;
 const STT_FUNC: u8 = 2;
 const STT_GNU_IFUNC: u8 = 10;
@@ -170,9 +289,11 @@ fn parse_elf(file: &(impl ReadAt + ?Sized)) -> Option<FileSymbols> {
         let phdrs = file.read_at(phoff, phnum * phentsize)?;
         for i in 0..phnum {
             let ph = i * phentsize;
-            if u32_at(&phdrs, ph, 0)? == PT_LOAD as u64 {
-                out.segments
-                    .push((u64_at(&phdrs, ph, 8)?, u64_at(&phdrs, ph, 32)?, u64_at(&phdrs, ph, 16)?));
+            let (offset, vaddr, size) = (u64_at(&phdrs, ph, 8)?, u64_at(&phdrs, ph, 16)?, u64_at(&phdrs, ph, 32)?);
+            match u32_at(&phdrs, ph, 0)? {
+                t if t == PT_LOAD as u64 => out.segments.push((offset, size, vaddr)),
+                t if t == PT_GNU_EH_FRAME as u64 => out.eh_frame_hdr = Some(Segment { offset, vaddr, size }),
+                _ => {}
             }
         }
     }
@@ -181,6 +302,7 @@ fn parse_elf(file: &(impl ReadAt + ?Sized)) -> Option<FileSymbols> {
     }
     let shdrs = file.read_at(shoff, shnum * shentsize)?;
     let section = |i: u64| i.checked_mul(shentsize);
+    (out.debug_line, out.debug_line_str) = line_sections(file, &shdrs, shentsize, shnum, u16_at(b, 0, 0x3e)?);
     // Prefer the full table; a stripped file still has the dynamic one.
     for wanted in [SHT_SYMTAB, SHT_DYNSYM] {
         for i in 0..shnum {
@@ -225,9 +347,109 @@ fn parse_elf(file: &(impl ReadAt + ?Sized)) -> Option<FileSymbols> {
     Some(out)
 }
 
+/// `.debug_line` and `.debug_line_str`, found by name through the section names' table
+/// (`e_shstrndx`); a compressed or absent one is `None`.
+fn line_sections(
+    file: &(impl ReadAt + ?Sized),
+    shdrs: &[u8],
+    shentsize: u64,
+    shnum: u64,
+    names_index: u64,
+) -> (Option<Section>, Option<Section>) {
+    let names = names_index
+        .checked_mul(shentsize)
+        .and_then(|sh| file.read_at(u64_at(shdrs, sh, 24)?, u64_at(shdrs, sh, 32)?))
+        .unwrap_or_default();
+    let (mut line, mut line_str) = (None, None);
+    for i in 0..shnum {
+        let Some(found) = (|| {
+            let sh = i.checked_mul(shentsize)?;
+            let at = usize::try_from(u32_at(shdrs, sh, 0)?).ok()?;
+            let name = names.get(at..)?;
+            let name = &name[..name.iter().position(|&c| c == 0)?];
+            let (kind, flags) = (u32_at(shdrs, sh, 4)?, u64_at(shdrs, sh, 8)?);
+            if kind == SHT_NOBITS as u64 || flags & SHF_COMPRESSED != 0 {
+                return None;
+            }
+            let section = Section {
+                offset: u64_at(shdrs, sh, 24)?,
+                size: u64_at(shdrs, sh, 32)?,
+            };
+            Some((name == b".debug_line", name == b".debug_line_str", section))
+        })() else {
+            continue;
+        };
+        match found {
+            (true, _, section) => line = Some(section),
+            (_, true, section) => line_str = Some(section),
+            _ => {}
+        }
+    }
+    (line, line_str)
+}
+
+/// `.eh_frame_hdr`'s encodings as every linker writes them (GNU ld, gold, lld, mold): the
+/// pointer to `.eh_frame` relative to itself, the count as 4 bytes, the table as pairs of
+/// 4-byte offsets from the header's start. Tables in other encodings are not read.
+const EH_PE_PCREL_SDATA4: u8 = 0x1b;
+const EH_PE_UDATA4: u8 = 0x03;
+const EH_PE_DATAREL_SDATA4: u8 = 0x3b;
+
+/// The (start, end) link-time range of every function in `.eh_frame_hdr`'s table, sorted by
+/// start: the table gives each start and its FDE, whose length gives the end. Empty when the
+/// header is not as expected. Reads the header and `.eh_frame` (from its start to the end of
+/// the segment holding it, at most [`MAX_TABLE`] bytes).
+fn unwind_functions(file: &(impl ReadAt + ?Sized), hdr: Segment, segments: &[(u64, u64, u64)]) -> Vec<(u64, u64)> {
+    let read = || -> Option<Vec<(u64, u64)>> {
+        let table = file.read_at(hdr.offset, hdr.size)?;
+        let encodings = table.get(..4)?;
+        if encodings != [1, EH_PE_PCREL_SDATA4, EH_PE_UDATA4, EH_PE_DATAREL_SDATA4] {
+            return None;
+        }
+        let i32_at = |at: u64| Some(u32_at(&table, 0, at)? as u32 as i32 as i64 as u64);
+        let eh_frame = hdr.vaddr.wrapping_add(4).wrapping_add(i32_at(4)?);
+        let count = u32_at(&table, 0, 8)?.min((hdr.size.saturating_sub(12)) / 8);
+        let &(seg_offset, seg_size, seg_vaddr) = segments
+            .iter()
+            .find(|&&(_, size, vaddr)| vaddr <= eh_frame && eh_frame - vaddr < size)?;
+        let into_segment = eh_frame - seg_vaddr;
+        let bytes = file.read_at(
+            seg_offset.checked_add(into_segment)?,
+            (seg_size - into_segment).min(MAX_TABLE),
+        )?;
+        let section = EhFrame::new(&bytes, LittleEndian);
+        let bases = BaseAddresses::default()
+            .set_eh_frame_hdr(hdr.vaddr)
+            .set_eh_frame(eh_frame);
+        let mut out = Vec::with_capacity(usize::try_from(count).ok()?);
+        for k in 0..count {
+            let fde = hdr.vaddr.wrapping_add(i32_at(12 + 8 * k + 4)?);
+            let Ok(offset) = usize::try_from(fde.wrapping_sub(eh_frame)) else {
+                continue;
+            };
+            if offset >= bytes.len() {
+                continue;
+            }
+            let Ok(fde) = section.fde_from_offset(&bases, EhFrameOffset(offset), EhFrame::cie_from_offset) else {
+                continue;
+            };
+            if fde.end_address() > fde.initial_address() {
+                out.push((fde.initial_address(), fde.end_address()));
+            }
+        }
+        Some(out)
+    };
+    let mut out = read().unwrap_or_default();
+    out.sort_unstable();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The line of `a_function_of_this_test`'s `fn`, for the line-table test.
+    const FUNCTION_LINE: u32 = line!() + 3;
 
     #[inline(never)]
     fn a_function_of_this_test() -> u64 {
@@ -246,6 +468,44 @@ mod tests {
     }
 
     #[test]
+    fn line_tables_give_this_process_source_lines() {
+        let mut s = Symbolizer::for_current_process();
+        let addr = a_function_of_this_test as *const () as usize as u64;
+        let lines = s.lines(&[addr + 1, 8]);
+        let (file, line) = lines.get(&(addr + 1)).expect("the test binary has .debug_line");
+        assert!(file.ends_with("src/http/symbols.rs"), "{file}");
+        assert!((FUNCTION_LINE..FUNCTION_LINE + 3).contains(&(*line as u32)), "{line}");
+        assert_eq!(lines.len(), 1);
+    }
+
+    #[test]
+    fn malformed_line_tables_give_nothing_without_panicking() {
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        let symbols = parse_elf(&exe[..]).unwrap();
+        let debug_line = symbols.debug_line.unwrap();
+        let addr = a_function_of_this_test as *const () as usize as u64;
+        let wanted = [addr, addr + 1];
+        for (cut, scramble) in [(exe.len() / 2, false), (exe.len(), true)] {
+            let mut bytes = exe[..cut].to_vec();
+            if scramble {
+                let start = usize::try_from(debug_line.offset).unwrap();
+                let end = (start + usize::try_from(debug_line.size).unwrap()).min(bytes.len());
+                for (i, b) in bytes[start..end].iter_mut().enumerate().filter(|(i, _)| i % 7 == 3) {
+                    *b = (i * 151 % 256) as u8;
+                }
+            }
+            let read = |offset, len| bytes.read_at(offset, len);
+            let _ = lines::lines(&read, debug_line, symbols.debug_line_str, &wanted);
+        }
+        let read = |offset, len| exe.read_at(offset, len);
+        let beyond = lines::Section {
+            offset: u64::MAX - 4,
+            size: 1 << 20,
+        };
+        assert!(lines::lines(&read, beyond, None, &wanted).iter().all(Option::is_none));
+    }
+
+    #[test]
     fn malformed_files_are_refused_without_panicking() {
         let exe = std::fs::read("/proc/self/exe").unwrap();
         assert!(parse_elf(&exe[..]).is_some_and(|f| !f.functions.is_empty()));
@@ -256,6 +516,34 @@ mod tests {
         garbage[0x28..0x30].fill(0xff);
         assert!(parse_elf(&garbage[..]).is_none_or(|f| f.functions.is_empty()));
         assert!(parse_elf(&b"not an elf file"[..]).is_none());
+    }
+
+    #[test]
+    fn unwind_tables_give_each_function_its_range() {
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        let symbols = parse_elf(&exe[..]).unwrap();
+        let hdr = symbols.eh_frame_hdr.expect("rustc links with --eh-frame-hdr");
+        let ranges = unwind_functions(&exe[..], hdr, &symbols.segments);
+        let &(start, size, _) = symbols
+            .functions
+            .iter()
+            .find(|f| f.2.contains("a_function_of_this_test"))
+            .unwrap();
+        assert!(ranges.contains(&(start, start + size)), "{start:#x}+{size}");
+        assert!(ranges.windows(2).all(|w| w[0] <= w[1]));
+        // A header in another encoding, or cut short anywhere, gives no ranges and no panic.
+        let mut other = exe.clone();
+        other[usize::try_from(hdr.offset).unwrap() + 3] = 0x1b;
+        assert!(unwind_functions(&other[..], hdr, &symbols.segments).is_empty());
+        for cut in [0, 64, exe.len() / 3, exe.len() / 2, exe.len() - 1] {
+            let _ = unwind_functions(&exe[..cut], hdr, &symbols.segments);
+        }
+        let mut scrambled = exe.clone();
+        let table = usize::try_from(hdr.offset).unwrap() + 12;
+        for (i, b) in scrambled[table..table + 4096].iter_mut().enumerate() {
+            *b = (i * 151 % 256) as u8;
+        }
+        let _ = unwind_functions(&scrambled[..], hdr, &symbols.segments);
     }
 
     #[test]
