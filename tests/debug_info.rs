@@ -452,3 +452,76 @@ fn thread_stacks_reach_clone3() {
         String::from_utf8_lossy(&folded.stdout)
     );
 }
+
+/// Debian's -dbgsym packages are made with dwz, which moves DWARF shared by several programs
+/// into one common file that each debug file names by `.gnu_debugaltlink` (path and build-id):
+/// lines need that file too, found at the linked path or by its build-id.
+#[test]
+fn dwz_common_file_through_debugaltlink() {
+    if !have("dwz") {
+        return;
+    }
+    let dir = scratch_dir("dwz");
+    let flags = ["-O1", "-fno-omit-frame-pointer"];
+    let full = compile_c(&dir, "split_debug.c", "full", &flags, false);
+    let sibling = compile_c(
+        &dir,
+        "split_debug.c",
+        "sibling",
+        &[&flags[..], &["-DSIBLING"]].concat(),
+        false,
+    );
+    let common = dir.join("common.debug");
+    let unsplit = dir.join("unsplit");
+    std::fs::copy(&full, &unsplit).unwrap();
+    run_ok(
+        Path::new("dwz"),
+        &[
+            "-m",
+            common.to_str().unwrap(),
+            "-M",
+            common.to_str().unwrap(),
+            full.to_str().unwrap(),
+            sibling.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let debug = dir.join("prog.debug");
+    let stripped = dir.join("prog");
+    run_ok(
+        Path::new("objcopy"),
+        &["--only-keep-debug", full.to_str().unwrap(), debug.to_str().unwrap()],
+        &[],
+    );
+    run_ok(
+        Path::new("strip"),
+        &["--strip-all", full.to_str().unwrap(), "-o", stripped.to_str().unwrap()],
+        &[],
+    );
+    let link = format!("--add-gnu-debuglink={}", debug.display());
+    run_ok(Path::new("objcopy"), &[&link, stripped.to_str().unwrap()], &[]);
+    let profile = dir.join("prog.prof");
+    run_preloaded(&stripped, &["0.6"], &profile, &[]);
+    // The reference: the same code before dwz and strip (same build-id, DWARF in itself).
+    let s = Split {
+        full: unsplit,
+        stripped,
+        debug,
+        profile,
+        stripped_has_symtab: false,
+    };
+    assert_named_as_unsplit(&s, &[], &[]);
+
+    // Without the common file the debug file still names the functions (its .symtab) but has
+    // no lines...
+    let id = build_id(&common);
+    let debug_dir = dir.join("symbols");
+    let place = debug_dir.join(".build-id").join(&id[..2]);
+    std::fs::create_dir_all(&place).unwrap();
+    std::fs::rename(&common, place.join(format!("{}.debug", &id[2..]))).unwrap();
+    let (top, lines, _) = naming(&s.profile, &[], &[]);
+    assert!(top.contains("spin_alpha") && lines.is_empty(), "{top}\n{lines:?}");
+    // ...and with it found by build-id under --debug-dir, all of them again.
+    let arg = format!("--debug-dir={}", debug_dir.display());
+    assert_named_as_unsplit(&s, &[arg.as_str()], &[]);
+}
