@@ -2,9 +2,11 @@
 
 mod cut_short;
 mod dcpi;
+mod debug_info;
 mod diff;
 mod function_ranges;
 mod merge;
+mod plt;
 mod pprof_out;
 mod progress;
 mod record;
@@ -46,6 +48,11 @@ struct Symbols {
     /// Directory searched for objects missing at their recorded path. Repeatable.
     #[arg(long = "search-path", value_name = "DIR")]
     search_path: Vec<PathBuf>,
+    /// Directory of separate debug info, searched before /usr/lib/debug: by build-id
+    /// (DIR/.build-id/xx/rest.debug) and by .gnu_debuglink (DIR/<object's directory>/NAME).
+    /// Repeatable. DEBUGINFOD_URLS, when set, names debuginfod servers asked last.
+    #[arg(long = "debug-dir", value_name = "DIR")]
+    debug_dirs: Vec<PathBuf>,
 }
 
 impl From<Symbols> for Locator {
@@ -53,6 +60,7 @@ impl From<Symbols> for Locator {
         Locator {
             binaries: s.binaries,
             search_path: s.search_path,
+            debug_dirs: s.debug_dirs,
         }
     }
 }

@@ -11,7 +11,9 @@
 //! waits for a writer), and an object reached by several spellings of its path
 //! (`/lib//libc.so.6`, `/lib/./libc.so.6`) is loaded once, by device and inode.
 
+use crate::debug_info::{self, DebugSearch};
 use crate::function_ranges::LazyFunctionRanges;
+use crate::plt;
 use addr2line::Loader;
 use cpuprof::format::pprof::Frame;
 use cpuprof::format::{MapEntry, Maps};
@@ -60,6 +62,9 @@ pub struct Locator {
     pub binaries: Vec<PathBuf>,
     /// Directories searched, in order, for objects missing at their recorded path.
     pub search_path: Vec<PathBuf>,
+    /// Directories searched for separate debug info before `/usr/lib/debug` (see
+    /// [`crate::debug_info`]).
+    pub debug_dirs: Vec<PathBuf>,
 }
 
 impl Locator {
@@ -211,10 +216,13 @@ impl BuildIds {
 }
 
 /// One binary's symbol sources and its loadable segments (file offset, size, virtual address).
+/// Segments come from the object; symbols from the object and its separate debug file; DWARF
+/// from the debug file when there is one.
 struct Binary {
     loader: Loader,
     segments: Vec<(u64, u64, u64)>,
-    /// Function symbols (start, size, name) from .symtab and .dynsym, sorted by start.
+    /// Function symbols (start, size, name) from .symtab and .dynsym of the object and of its
+    /// debug file, sorted by start.
     functions: Vec<(u64, u64, String)>,
     /// Link-time address and size of the (first) executable segment.
     text: Option<(u64, u64)>,
@@ -267,6 +275,7 @@ pub struct Symbolizer {
     by_identity: HashMap<(u64, u64), Rc<Binary>>,
     /// Build-ids the profile recorded, by path (the first one, if a path was mapped twice).
     recorded: HashMap<String, String>,
+    debug: DebugSearch,
 }
 
 impl Symbolizer {
@@ -283,6 +292,7 @@ impl Symbolizer {
             }
         }
         Symbolizer {
+            debug: DebugSearch::new(&locator.debug_dirs),
             locator,
             main,
             binaries: HashMap::new(),
@@ -385,7 +395,7 @@ impl Symbolizer {
         if let Some(known) = self.by_identity.get(&identity) {
             return Some(known.clone());
         }
-        let binary = Rc::new(load_binary(&file, &data)?);
+        let binary = Rc::new(load_binary(&file, &data, &mut self.debug)?);
         self.by_identity.insert(identity, binary.clone());
         Some(binary)
     }
@@ -430,8 +440,9 @@ fn unknown(name: String) -> Frame {
     }
 }
 
-/// `path`'s symbols from `data`, its contents; DWARF is read by `addr2line` from `path`.
-fn load_binary(path: &Path, data: &[u8]) -> Option<Binary> {
+/// `path`'s symbols from `data`, its contents, and from its separate debug file if it has no
+/// DWARF of its own; DWARF is read by `addr2line` from whichever of the two files has it.
+fn load_binary(path: &Path, data: &[u8], debug: &mut DebugSearch) -> Option<Binary> {
     let file = object::File::parse(data).ok()?;
     let segments = file
         .segments()
@@ -444,15 +455,30 @@ fn load_binary(path: &Path, data: &[u8]) -> Option<Binary> {
         .segments()
         .find(|s| matches!(s.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0))
         .map(|s| (s.address(), s.size()));
-    let mut functions: Vec<(u64, u64, String)> = file
-        .symbols()
-        .chain(file.dynamic_symbols())
-        .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
-        .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
-        .collect();
-    functions.sort();
+    let mut functions = function_symbols(&file);
+    let separate = if debug_info::has_dwarf(&file) {
+        None
+    } else {
+        debug.find(path, &file)
+    };
+    if let Some(found) = &separate {
+        if let Ok(debug_file) = object::File::parse(&*found.data) {
+            functions.extend(function_symbols(&debug_file));
+        }
+    }
+    let stubs = plt::stubs(&file, &functions);
+    functions.extend(stubs);
+    // Of the symbols at one address, the one with the largest extent is kept: the debug
+    // file's .symtab adds zero-size labels (assembly entry points) beside sized functions.
+    functions.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(a.2.cmp(&b.2)));
     functions.dedup_by_key(|f| f.0);
-    let loader = Loader::new(path).ok()?;
+    // A debug file addr2line cannot read still gave its symbols: fall back to the object.
+    let loader = separate
+        .and_then(|found| {
+            let alt = debug.find_alt(&found);
+            Loader::new_with_sup(&found.path, alt.as_deref()).ok()
+        })
+        .or_else(|| Loader::new(path).ok())?;
     Some(Binary {
         loader,
         segments,
@@ -460,6 +486,15 @@ fn load_binary(path: &Path, data: &[u8]) -> Option<Binary> {
         text,
         function_ranges: LazyFunctionRanges::new(path.to_path_buf()),
     })
+}
+
+/// Function symbols (start, size, name) of .symtab and .dynsym.
+fn function_symbols(file: &object::File) -> Vec<(u64, u64, String)> {
+    file.symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
+        .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
+        .collect()
 }
 
 pub fn file_name(path: &str) -> &str {
