@@ -258,6 +258,9 @@ fn the_same_program_twice_is_never_marked() {
         // were binomial in the observations (measured on 780 pairs of these runs: see below).
         let out = cpuprof(&[
             "diff",
+            // Every row: hot_a's change may be too small to be among the ten largest.
+            "-n",
+            "1000",
             "--alpha",
             "0.00001",
             "--fail-on",
