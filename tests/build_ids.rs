@@ -220,7 +220,8 @@ fn a_binary_rebuilt_in_place_is_warned_about_and_a_matching_copy_is_preferred() 
     }
 }
 
-/// `profile` without its `# build-id` lines, written beside it.
+/// `profile` without its `# build-id` lines and the `# signal-weights` line after them (all of
+/// cpuprof's additions to the maps text), written beside it.
 fn without_build_ids(profile: &Path) -> PathBuf {
     let bytes = std::fs::read(profile).unwrap();
     let at = bytes
@@ -242,6 +243,8 @@ fn readers_read_the_same_profile_with_and_without_the_build_id_lines() {
     assert!(build_id_lines(&profile).len() >= 2, "the program and libc at least");
     let stripped = without_build_ids(&profile);
     assert!(build_id_lines(&stripped).is_empty());
+    assert!(String::from_utf8_lossy(&std::fs::read(&profile).unwrap()).contains("\n# signal-weights "));
+    assert!(!String::from_utf8_lossy(&std::fs::read(&stripped).unwrap()).contains("# signal-weights"));
     let (prog_s, with, without) = (
         prog.to_str().unwrap(),
         profile.to_str().unwrap(),

@@ -104,7 +104,10 @@ struct Row {
 }
 
 fn row(report: &str, function: &str) -> Option<Row> {
-    let lines = report.lines().filter(|l| l.contains('[') && l.contains(']'));
+    // The rows: lines with intervals, not the column header (`change [interval] pts`).
+    let lines = report
+        .lines()
+        .filter(|l| l.contains('[') && l.contains(']') && !l.contains("[interval]"));
     let (position, line) = lines
         .enumerate()
         .find(|(_, l)| l.split_whitespace().last() == Some(function))?;
@@ -249,6 +252,18 @@ fn observations(report: &str) -> (f64, f64, f64) {
     )
 }
 
+/// The `# signal-weights` line of a profile: signals, sum of weights, sum of squares.
+fn signal_weights(profile: &Path) -> (u64, u64, u64) {
+    let bytes = std::fs::read(profile).unwrap();
+    let text = String::from_utf8_lossy(&bytes);
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("# signal-weights "))
+        .expect("a signal-weights line");
+    let n: Vec<u64> = line.split_whitespace().map(|v| v.parse().unwrap()).collect();
+    (n[0], n[1], n[2])
+}
+
 #[test]
 fn the_same_program_twice_is_never_marked() {
     let runs = same_pairs();
@@ -271,10 +286,18 @@ fn the_same_program_twice_is_never_marked() {
         let report = text(&out);
         assert_eq!(out.status.code(), Some(0), "{report}");
         assert!(report.contains("nothing is significant"), "{report}");
-        // The intervals count looks at the stack, not samples: at 1000 Hz, one per tick.
+        // The intervals count looks at the stack, not samples: the effective number of the
+        // weighted signals the profile recorded, at most one per tick of its CPU time (at
+        // 1000 Hz, about a quarter of the samples).
         let (samples, observed, tick_us) = observations(&report);
-        let expected = samples * (1000.0 / tick_us).min(1.0);
-        assert!((observed - expected).abs() <= 1.0, "{report}");
+        let (signals, sum, squares_sum) = signal_weights(&pair[0]);
+        assert_eq!(sum as f64, samples, "no sample lost: {report}");
+        let expected = (sum as f64).powi(2) / squares_sum as f64;
+        assert!((observed - expected).abs() <= 1.0, "{expected} expected: {report}");
+        assert!(
+            observed <= signals as f64 && observed <= samples * (1000.0 / tick_us) * 1.1,
+            "{report}"
+        );
         squares.push(z(row(&report, "hot_a").unwrap().share).powi(2));
     }
     // For the record (CI logs): 1 if the counts were binomial in the observations. Runs on a

@@ -53,10 +53,12 @@ fn empty_profile_is_exactly_header_trailer_and_maps() {
     let maps_text = std::str::from_utf8(&bytes[64..]).unwrap();
     let maps = Maps::parse(maps_text.as_bytes());
     let build_ids = maps_text.lines().filter(|l| l.starts_with("# build-id ")).count();
+    let weights = maps_text.lines().filter(|l| l.starts_with("# signal-weights ")).count();
+    assert_eq!(weights, 1, "one signal-weights line");
     assert_eq!(
-        maps.entries.len() + build_ids,
+        maps.entries.len() + build_ids + weights,
         maps_text.lines().count(),
-        "every line is a mapping line or a build-id line"
+        "every line is a mapping line, a build-id line or the signal-weights line"
     );
     assert!(build_ids > 0, "the test binary and libc have build-ids");
     let exe = std::env::current_exe().unwrap();

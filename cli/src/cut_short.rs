@@ -180,7 +180,10 @@ fn rebuild_maps(file: &Path, bytes: &[u8], locator: &Locator) -> Result<(Maps, S
         })
         .collect();
     Ok((
-        Maps { entries },
+        Maps {
+            entries,
+            signal_weights: None,
+        },
         format!("Using the maps of {path} ({named_by}), loaded at {bias:#x}"),
     ))
 }

@@ -29,6 +29,7 @@
 //! times the samples would make it significant if it is real: never a bare "no change".
 
 use crate::stacks::Stacks;
+use cpuprof::format::SignalWeights;
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write;
 use std::str::FromStr;
@@ -46,30 +47,45 @@ pub struct Options {
     pub rows: usize,
 }
 
-/// How many independent looks at the stack `total` samples stand for.
+/// How many independent looks at the stack a profile's samples stand for.
 ///
-/// The default timer (a POSIX CPU timer per thread) only expires on the kernel's tick (250 Hz
-/// on Debian kernels, 4 ms): above the tick's rate each signal is one look at the stack,
-/// weighted by the periods it covers (`1 + si_overrun`). At 1000 Hz a count of 1000 is ~250
-/// observations; counted as 1000, every interval would be half as wide as the data allow, and a
-/// second run of the same program would be flagged as changed. So each sample is worth
-/// `period / tick` observations, never more than one. Measured on 20 runs of 0.3 s at 1000 Hz
-/// (one at a time): hot_a's share varied by 5.25 points (SD), the tick model says 5.16, counting
-/// samples as observations 2.6. It is a ceiling: when the program competes for the CPU, its
-/// threads see fewer ticks than their CPU time spans (26-77 signals for 0.3 s here under a loop
-/// of short-lived processes, instead of ~75), so the intervals are too narrow and the shares
-/// skewed (hot_a 45.6 % for 75 %). The number of signals is printed when profiling stops but
-/// is not in the file; if the file carried it, this would be exact.
+/// A sample may count for several periods: the default timer (a POSIX CPU timer per thread)
+/// only expires on the kernel's tick (250 Hz on Debian kernels, 4 ms) and weighs each signal by
+/// the periods it covers (`1 + si_overrun`). At 1000 Hz a count of 1000 is ~250 looks on a quiet
+/// machine; counted as 1000, every interval would be half as wide as the data allow, and a
+/// second run of the same program would be flagged as changed. On a busy machine there are
+/// fewer: a thread competing for the CPU sees fewer ticks than its CPU time spans (26-77 signals
+/// for 0.3 s under a loop of short-lived processes, instead of ~75), each weighing more.
 ///
-/// The file cannot say more: records merge every observation of one call chain into one count,
-/// so the weights of single signals are gone (a hot loop's few leaf addresses carry hundreds of
-/// signals each). What it does show is a lower bound: every record is at least one signal.
-/// Profiles whose timer does not wait for the tick (perf events, `CPUPROFILE_TIMER=perf`) with
-/// many distinct stacks get the credit from their records; otherwise they are treated as
+/// cpuprof's profiles record their signals' weights (`# signal-weights`, see
+/// `cpuprof::format::signal_weights`), which give the effective number of observations of the
+/// weighted samples exactly, `(sum w)^2 / sum w^2`, whatever the timer and the load: that is
+/// used when present. Otherwise (gperftools' files, files cut short) it is modelled.
+pub fn observations(total: u64, period_us: u64, records: usize, tick_us: u64, recorded: Option<SignalWeights>) -> f64 {
+    let effective = recorded
+        .filter(|w| w.sum > 0)
+        .and_then(|w| Some((w.effective_observations()?, w.sum)));
+    match effective {
+        // Rescaled to the samples the file holds: samples lost to a full table are in the
+        // weights but not in the records.
+        Some((n, weighed)) => (n * total as f64 / weighed as f64).min(total as f64),
+        None => modelled_observations(total, period_us, records, tick_us),
+    }
+}
+
+/// The model for files without signal weights: each sample is worth `period / tick`
+/// observations, never more than one. Measured on 20 runs of 0.3 s at 1000 Hz (one at a time):
+/// hot_a's share varied by 5.25 points (SD), the tick model says 5.16, counting samples as
+/// observations 2.6. It is a ceiling on a busy machine (above).
+///
+/// Records merge every observation of one call chain into one count, so the weights of single
+/// signals are gone from them; what they do show is a lower bound: every record is at least one
+/// signal. Profiles whose timer does not wait for the tick (perf events, `CPUPROFILE_TIMER=perf`)
+/// with many distinct stacks get the credit from their records; otherwise they are treated as
 /// tick-limited, which only makes their intervals wider than needed. `tick_us` defaults to the
 /// tick of the machine reading the profile (see `main.rs`); a profile recorded on a kernel with
 /// another tick should be read with `--tick-us`.
-pub fn observations(total: u64, period_us: u64, records: usize, tick_us: u64) -> f64 {
+pub fn modelled_observations(total: u64, period_us: u64, records: usize, tick_us: u64) -> f64 {
     let total = total as f64;
     let per_sample = (period_us as f64 / tick_us.max(1) as f64).min(1.0);
     (total * per_sample).max((records as f64).min(total))
@@ -88,7 +104,14 @@ pub struct Summary {
 impl Summary {
     /// `records` is the number of records the file held; `units` the work the run did (1 when
     /// the runs did the same work).
-    pub fn new(stacks: &Stacks, records: usize, units: f64, cumulative: bool, tick_us: u64) -> Summary {
+    pub fn new(
+        stacks: &Stacks,
+        records: usize,
+        weights: Option<SignalWeights>,
+        units: f64,
+        cumulative: bool,
+        tick_us: u64,
+    ) -> Summary {
         let total = stacks.total();
         let counts = stacks
             .per_function()
@@ -100,7 +123,7 @@ impl Summary {
             total,
             period_us: stacks.period_us,
             seconds: total as f64 * stacks.period_us as f64 / 1e6 / units,
-            observations: observations(total, stacks.period_us, records, tick_us),
+            observations: observations(total, stacks.period_us, records, tick_us, weights),
         }
     }
 
@@ -786,7 +809,7 @@ mod tests {
             stacks.push(["main", f], *c);
         }
         // As many records as distinct stacks: the tick decides the observations.
-        Summary::new(&stacks, counts.len(), 1.0, false, 4000)
+        Summary::new(&stacks, counts.len(), None, 1.0, false, 4000)
     }
 
     const OPTS: Options = Options {
@@ -817,11 +840,20 @@ mod tests {
     #[test]
     fn observations_follow_the_tick_and_the_records() {
         // 1000 Hz on a 4 ms tick: four samples per look at the stack.
-        assert_eq!(observations(1000, 1000, 10, 4000), 250.0);
+        assert_eq!(observations(1000, 1000, 10, 4000, None), 250.0);
         // At or below the tick's rate every sample is an observation.
-        assert_eq!(observations(110, 10000, 5, 4000), 110.0);
+        assert_eq!(observations(110, 10000, 5, 4000, None), 110.0);
         // More records than the tick allows: the timer did not wait for the tick.
-        assert_eq!(observations(1000, 1000, 600, 4000), 600.0);
+        assert_eq!(observations(1000, 1000, 600, 4000, None), 600.0);
+        // Recorded weights win: 1000 samples from 100 signals of weight 10 are 100 looks, and
+        // a file holding half the weighed samples (the rest lost) half as many.
+        let weights = SignalWeights {
+            signals: 100,
+            sum: 1000,
+            sum_of_squares: 10_000,
+        };
+        assert_eq!(observations(1000, 1000, 10, 4000, Some(weights)), 100.0);
+        assert_eq!(observations(500, 1000, 10, 4000, Some(weights)), 50.0);
     }
 
     #[test]

@@ -298,6 +298,7 @@ fn run(command: Command) -> Result<u8, String> {
                 Ok(diff::Summary::new(
                     &stacks,
                     profile.records,
+                    profile.maps.signal_weights,
                     units,
                     opts.cumulative,
                     tick_us,

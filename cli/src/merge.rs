@@ -5,7 +5,7 @@
 //! first profile's mapping of the object. Objects the first profile did not map get a mapping
 //! of their own above everything else; addresses in no mapping are kept as they are.
 
-use cpuprof::format::{build_id, MapEntry, Profile, ProfileWriter, SlotFormat};
+use cpuprof::format::{build_id, MapEntry, Profile, ProfileWriter, SignalWeights, SlotFormat};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
@@ -71,6 +71,13 @@ pub fn merge(profiles: &[(String, Profile)]) -> Result<(Vec<u8>, u64), String> {
         if let Some(id) = &e.build_id {
             text.push_str(&build_id::line(e.start, e.end, id));
         }
+    }
+    // The signals behind the merged samples are those of every profile, if each recorded them.
+    let weights = profiles.iter().try_fold(SignalWeights::default(), |sum, (_, p)| {
+        Some(sum.add(p.maps.signal_weights?))
+    });
+    if let Some(weights) = weights {
+        text.push_str(&weights.line());
     }
     Ok((out.finish(text.as_bytes()).map_err(|e| e.to_string())?, total))
 }

@@ -1,6 +1,7 @@
 //! The text list of mapped objects that ends a profile (the process's `/proc/self/maps`).
 
 use super::build_id;
+use super::signal_weights::SignalWeights;
 use std::collections::HashMap;
 
 /// One mapping line: `start-end perms offset dev inode path`.
@@ -36,17 +37,21 @@ impl MapEntry {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Maps {
     pub entries: Vec<MapEntry>,
+    /// The signals behind the samples, from a `# signal-weights` line; `None` when not recorded.
+    pub signal_weights: Option<SignalWeights>,
 }
 
 impl Maps {
     /// Parses the text section. Unrecognised lines are skipped, as the format requires;
     /// `$build` in paths is replaced by the path of the last `build=` line; a `# build-id`
-    /// line gives its build-id to the mapping with its address range.
+    /// line gives its build-id to the mapping with its address range; a `# signal-weights`
+    /// line gives the profile's signal weights.
     pub fn parse(text: &[u8]) -> Maps {
         let text = String::from_utf8_lossy(text);
         let mut build: Option<String> = None;
         let mut entries = Vec::new();
         let mut build_ids = HashMap::new();
+        let mut signal_weights = None;
         for line in text.lines() {
             if let Some(path) = line.trim_start().strip_prefix("build=") {
                 build = Some(path.trim().to_string());
@@ -54,6 +59,10 @@ impl Maps {
             }
             if let Some((start, end, id)) = build_id::parse_line(line) {
                 build_ids.entry((start, end)).or_insert(id);
+                continue;
+            }
+            if let Some(weights) = SignalWeights::parse_line(line) {
+                signal_weights = signal_weights.or(Some(weights));
                 continue;
             }
             if let Some(mut entry) = parse_line(line) {
@@ -68,7 +77,10 @@ impl Maps {
                 e.build_id = build_ids.get(&(e.start, e.end)).cloned();
             }
         }
-        Maps { entries }
+        Maps {
+            entries,
+            signal_weights,
+        }
     }
 
     /// The mapping that contains `addr`, preferring executable ones.

@@ -11,11 +11,13 @@ pub mod fast_hash;
 pub mod maps;
 pub mod pprof;
 pub mod reader;
+pub mod signal_weights;
 pub mod writer;
 
 pub use fast_hash::FastHash;
 pub use maps::{MapEntry, Maps};
 pub use reader::{scan, ParseError, ParseErrorKind, Profile, Record, Sample, Scan};
+pub use signal_weights::SignalWeights;
 pub use writer::ProfileWriter;
 
 /// Number of slots in the header this crate writes.

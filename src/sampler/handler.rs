@@ -11,6 +11,7 @@ use super::timer::Clock;
 use super::walk_stack::Workspace;
 use super::{perf_event, thread_accounts};
 use crate::claim_pool::ClaimPool;
+use crate::format::SignalWeights;
 use crate::table::{CallChainTable, TableConfig};
 use crate::unwind::{self, thread_pointer, DwarfUnwinder, Registers, StackReader, THREAD_STACKS};
 use std::ffi::{c_int, c_void};
@@ -59,6 +60,28 @@ pub struct SamplerState {
     source: SampleSource,
     /// Signals that produced a sample attempt (after the filter).
     pub interrupts: AtomicU64,
+    /// The weights of the samples recorded, for their effective number of observations.
+    weights: WeightCounters,
+}
+
+/// Running sums of recorded samples' weights ([`SignalWeights`]). Relaxed atomics: the sums
+/// are read once the handlers are done (at stop) or as a snapshot whose parts may be a few
+/// signals apart, which moves an estimate by as little.
+#[derive(Default)]
+struct WeightCounters {
+    signals: AtomicU64,
+    sum: AtomicU64,
+    sum_of_squares: AtomicU64,
+}
+
+impl WeightCounters {
+    /// Async-signal-safe.
+    fn add(&self, weight: u64) {
+        self.signals.fetch_add(1, Ordering::Relaxed);
+        self.sum.fetch_add(weight, Ordering::Relaxed);
+        self.sum_of_squares
+            .fetch_add(weight.saturating_mul(weight), Ordering::Relaxed);
+    }
 }
 
 impl SamplerState {
@@ -75,6 +98,7 @@ impl SamplerState {
             table: CallChainTable::new(table),
             filter,
             interrupts: AtomicU64::new(0),
+            weights: WeightCounters::default(),
         }
     }
 
@@ -118,6 +142,16 @@ impl SamplerState {
         };
         let n = self.walk(interrupted_registers(uc), &mut workspace);
         self.table.record(&workspace.frames[..n], weight);
+        self.weights.add(weight);
+    }
+
+    /// The weights of the samples recorded so far.
+    pub fn signal_weights(&self) -> SignalWeights {
+        SignalWeights {
+            signals: self.weights.signals.load(Ordering::Relaxed),
+            sum: self.weights.sum.load(Ordering::Relaxed),
+            sum_of_squares: self.weights.sum_of_squares.load(Ordering::Relaxed),
+        }
     }
 
     /// Walks the calling thread's stack from `regs` into `workspace.frames`, on the
@@ -250,6 +284,7 @@ pub fn record_outside_handler(pcs: &[u64], weight: u64) {
     // SAFETY: the state stays alive while IN_FLIGHT is non-zero (see `unpublish`).
     if let Some(state) = unsafe { CURRENT.load(Ordering::SeqCst).as_ref() } {
         state.table.record(pcs, weight);
+        state.weights.add(weight);
     }
     IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
 }
@@ -270,6 +305,7 @@ pub fn record_taken_signal(info: &libc::siginfo_t, pc: u64) {
         };
         state.interrupts.fetch_add(1, Ordering::Relaxed);
         state.table.record(&[pc], weight);
+        state.weights.add(weight);
     }
     IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
 }

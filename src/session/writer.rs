@@ -194,7 +194,7 @@ pub fn run(
         let exiting = EXITING.load(Ordering::SeqCst);
         if stop || exiting {
             out.write_pending(&state, true);
-            let finished = out.finish();
+            let finished = out.finish(&state);
             if reads_memory {
                 crate::unwind::safe_read::release();
             }
@@ -286,8 +286,9 @@ fn next_tick(tick: Duration, drained: usize, elapsed: Duration, capacity_slots: 
 }
 
 impl OutputFile {
-    /// Writes the trailer and the maps (unless an error came first) and closes the file.
-    fn finish(self) -> Finished {
+    /// Writes the trailer, the maps and the samples' signal weights (unless an error came
+    /// first) and closes the file.
+    fn finish(self, state: &SamplerState) -> Finished {
         let OutputFile {
             mut writer,
             error,
@@ -301,7 +302,9 @@ impl OutputFile {
                 // read ELF images through one that is ours, not through its file.
                 let _ = crate::unwind::safe_read::check();
                 mappings.read_build_ids(&maps);
-                writer.write_trailer(&mappings.complete(&maps))
+                let mut text = mappings.complete(&maps);
+                text.extend_from_slice(state.signal_weights().line().as_bytes());
+                writer.write_trailer(&text)
             }
         };
         let file = writer.into_inner();
