@@ -74,7 +74,7 @@ pub fn merge(profiles: &[(String, Profile)]) -> Result<(Vec<u8>, u64), String> {
     }
     // The signals behind the merged samples are those of every profile, if each recorded them.
     let weights = profiles.iter().try_fold(SignalWeights::default(), |sum, (_, p)| {
-        Some(sum.add(p.maps.signal_weights?))
+        Some(sum.combined(p.maps.signal_weights?))
     });
     if let Some(weights) = weights {
         text.push_str(&weights.line());

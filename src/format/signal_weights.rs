@@ -40,7 +40,7 @@ impl SignalWeights {
     }
 
     /// The weights of two profiles read as one (`merge`).
-    pub fn add(self, other: SignalWeights) -> SignalWeights {
+    pub fn combined(self, other: SignalWeights) -> SignalWeights {
         SignalWeights {
             signals: self.signals.saturating_add(other.signals),
             sum: self.sum.saturating_add(other.sum),
