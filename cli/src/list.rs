@@ -362,7 +362,8 @@ fn source(tally: &mut Tally, f: u32, sources: &mut Sources, out: &mut String) {
     }
 }
 
-/// Samples of `f` per address of its code, as link-time addresses in their object.
+/// Samples of `f` per address of its code: link-time addresses in their object (or, when
+/// that is not read, the address in the process), laid out as `--disasm` lays them out.
 fn addresses(tally: &mut Tally, f: u32, out: &mut String) {
     let mut rows: Vec<(u64, Counts)> = tally
         .addresses
@@ -372,11 +373,11 @@ fn addresses(tally: &mut Tally, f: u32, out: &mut String) {
         .collect();
     rows.sort_unstable_by_key(|&(addr, _)| addr);
     for (addr, c) in rows {
-        let place = match tally.symbolizer.svma(tally.maps, addr) {
-            Some((path, svma)) => format!("{}+{svma:#x}", crate::symbolize::file_name(&path)),
-            None => format!("{addr:#x}"),
+        let (at, object) = match tally.symbolizer.svma(tally.maps, addr) {
+            Some((path, svma)) => (svma, crate::symbolize::file_name(&path).to_string()),
+            None => (addr, "(in no object read)".to_string()),
         };
-        let _ = writeln!(out, "{:>10} {:>10} {place}", count(c.flat), count(c.cum));
+        let _ = writeln!(out, "{:>10} {:>10} {at:>12x}: {object}", count(c.flat), count(c.cum));
     }
 }
 
