@@ -332,3 +332,51 @@ fn no_match_is_an_error() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no function"), "{out:?}");
 }
+
+/// A source path in DWARF is input like any other: one naming a device (`/dev/zero`, which
+/// never ends) or a FIFO (whose open waits for a writer) is not read; the lines are listed
+/// with the reason. Built from list_lines.c with a `#line` directive naming such a file.
+#[test]
+fn source_path_naming_a_device_or_fifo_is_not_read() {
+    let dir = scratch_dir("list-hostile-source");
+    let fifo = dir.join("pipe.c");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let text = std::fs::read_to_string(source()).unwrap();
+    for (name, named) in [("zero", Path::new("/dev/zero")), ("fifo", fifo.as_path())] {
+        let c = dir.join(format!("{name}.c"));
+        std::fs::write(&c, format!("#line 1 \"{}\"\n{text}", named.display())).unwrap();
+        let binary = dir.join(name);
+        run_ok(
+            Path::new("cc"),
+            &["-g", "-O2", c.to_str().unwrap(), "-o", binary.to_str().unwrap()],
+            &[],
+        );
+        let profile = dir.join(format!("{name}.prof"));
+        run_preloaded(&binary, &["0.5"], &profile, &[("CPUPROFILE_FREQUENCY", "1000")]);
+        // A hang is the failure looked for: give up (and fail) after a generous bound.
+        let mut child = std::process::Command::new(cli())
+            .args(["list", "^hot_line$", profile.to_str().unwrap()])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                child.kill().unwrap();
+                panic!("cpuprof list hung on a source path naming {}", named.display());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success());
+        let listing = String::from_utf8_lossy(&out.stdout);
+        assert!(listing.contains("not a regular file"), "{listing}");
+        let hot = &parse(&listing, false)["hot_line"];
+        let loop_line = line_of(&source(), "x = x * 6364136223846793005UL + i;");
+        assert!(
+            hot.total.0 > 0 && hot.rows[&loop_line].0 as f64 >= 0.9 * hot.total.0 as f64,
+            "{listing}"
+        );
+    }
+}

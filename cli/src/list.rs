@@ -245,7 +245,11 @@ pub fn list(bytes: &[u8], outline: &Scan, locator: &Locator, regex: &Regex, args
             .then_with(|| tally.functions.strings[a as usize].cmp(&tally.functions.strings[b as usize]))
     });
     let mut sources = Sources::new(args);
-    let mut out = String::new();
+    let seconds = tally.total as f64 * outline.period_us as f64 / 1e6;
+    let mut out = format!(
+        "Total: {} samples ({seconds:.2} s at {} us per sample)\n",
+        tally.total, outline.period_us
+    );
     for f in order {
         if args.disasm {
             disassembly(&mut tally, f, &mut out);
@@ -414,7 +418,7 @@ fn disassembly(tally: &mut Tally, f: u32, out: &mut String) {
         let index = match known {
             Some(i) => i,
             None => match tally.symbolizer.function_code(&object, svma, MAX_CODE_BYTES) {
-                Some((start, bytes)) if svma - start < bytes.len() as u64 => {
+                Some((start, bytes, object::Architecture::X86_64)) if svma - start < bytes.len() as u64 => {
                     code.push(Code {
                         object,
                         start,
@@ -544,33 +548,37 @@ impl<'a> Sources<'a> {
                 candidates.push(parts[skip..].iter().fold(dir.clone(), |p, c| p.join(c)));
             }
         }
+        // Why the path DWARF gives could not be read: the first thing a user needs to know.
+        let mut why = String::new();
         for candidate in &candidates {
-            if let Some(lines) = read_lines(candidate) {
-                return Ok((candidate.clone(), lines));
+            match read_lines(candidate) {
+                Ok(lines) => return Ok((candidate.clone(), lines)),
+                Err(e) if candidate.as_path() == Path::new(path) => why = e,
+                Err(_) => {}
             }
         }
         let hint = if self.args.source_dirs.is_empty() && self.args.substitutions.is_empty() {
             "; give --source-dir DIR or --substitute OLD=NEW if the tree moved"
         } else {
-            " nor under --source-dir/--substitute"
+            "; not found under --source-dir/--substitute either"
         };
-        Err(format!("{path} not found{hint}"))
+        Err(format!("{why}{hint}"))
     }
 }
 
 /// The lines of a regular file of at most `MAX_SOURCE_BYTES` (a path from DWARF may name a
-/// device or FIFO).
-fn read_lines(path: &Path) -> Option<Vec<String>> {
-    let (file, size, _) = open_regular(path).ok()?;
+/// device or FIFO), or why it is not read.
+fn read_lines(path: &Path) -> Result<Vec<String>, String> {
+    let (file, size, _) = open_regular(path)?;
     if size > MAX_SOURCE_BYTES {
-        return None;
+        return Err(format!("{}: larger than {MAX_SOURCE_BYTES} bytes", path.display()));
     }
     let mut bytes = Vec::new();
-    file.take(MAX_SOURCE_BYTES).read_to_end(&mut bytes).ok()?;
-    Some(
-        String::from_utf8_lossy(&bytes)
-            .lines()
-            .map(|l| l.replace('\t', "    "))
-            .collect(),
-    )
+    file.take(MAX_SOURCE_BYTES)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(String::from_utf8_lossy(&bytes)
+        .lines()
+        .map(|l| l.replace('\t', "    "))
+        .collect())
 }

@@ -221,6 +221,8 @@ impl BuildIds {
 struct Binary {
     /// The object file read (not its separate debug file): where its code is.
     file: PathBuf,
+    /// The instruction set of its code.
+    architecture: object::Architecture,
     loader: Loader,
     segments: Vec<(u64, u64, u64)>,
     /// Function symbols (start, size, name) from .symtab and .dynsym of the object and of its
@@ -351,9 +353,9 @@ impl Symbolizer {
     }
 
     /// The code of the function holding link-time address `svma` in the object mapped from
-    /// `path`: its link-time start and its bytes as the file holds them (for disassembly).
-    /// At most `limit` bytes; none if the extent is not in the file.
-    pub fn function_code(&mut self, path: &str, svma: u64, limit: u64) -> Option<(u64, Vec<u8>)> {
+    /// `path`: its link-time start and its bytes as the file holds them (for disassembly),
+    /// and their instruction set. At most `limit` bytes; none if the extent is not in the file.
+    pub fn function_code(&mut self, path: &str, svma: u64, limit: u64) -> Option<(u64, Vec<u8>, object::Architecture)> {
         use std::os::unix::fs::FileExt;
         let binary = self.binary(path, 0)?;
         let (start, end) = binary.extent(svma)?;
@@ -364,7 +366,7 @@ impl Symbolizer {
         let mut code = vec![0; (end - start).min(limit) as usize];
         let (file, _, _) = open_regular(&binary.file).ok()?;
         file.read_exact_at(&mut code, off.checked_add(start - vaddr)?).ok()?;
-        Some((start, code))
+        Some((start, code, binary.architecture))
     }
 
     /// Link-time start and size of the executable segment of the object mapped from `path`.
@@ -513,6 +515,7 @@ fn load_binary(path: &Path, data: &[u8], debug: &mut DebugSearch) -> Option<Bina
         .or_else(|| Loader::new(path).ok())?;
     Some(Binary {
         file: path.to_path_buf(),
+        architecture: file.architecture(),
         loader,
         segments,
         functions,
