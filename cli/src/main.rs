@@ -199,7 +199,9 @@ run-to-run spread, and times are marked too. Exit status 3 when something is sig
     /// Source lines of each function matching REGEX with their samples, flat and cumulative
     /// (like `pprof -list`); --disasm: per instruction.
     List {
+        /// Functions whose names match (unanchored, as pprof's; `^name$` for one).
         regex: regex::Regex,
+        /// A raw profile.
         file: PathBuf,
         #[command(flatten)]
         options: list::Args,
