@@ -5,6 +5,7 @@ mod dcpi;
 mod debug_info;
 mod diff;
 mod function_ranges;
+mod list;
 mod merge;
 mod plt;
 mod pprof_out;
@@ -195,6 +196,18 @@ run-to-run spread, and times are marked too. Exit status 3 when something is sig
         #[command(flatten)]
         symbols: Symbols,
     },
+    /// Source lines of each function matching REGEX with their samples, flat and cumulative
+    /// (like `pprof -list`); --disasm: per instruction.
+    List {
+        /// Functions whose names match (unanchored, as pprof's; `^name$` for one).
+        regex: regex::Regex,
+        /// A raw profile.
+        file: PathBuf,
+        #[command(flatten)]
+        options: list::Args,
+        #[command(flatten)]
+        symbols: Symbols,
+    },
     /// Folded stacks (`main;f;g 12` per line), for flame graph and other tools.
     Collapse {
         file: PathBuf,
@@ -345,6 +358,17 @@ fn run(command: Command) -> Result<u8, String> {
                 println!("FAIL {failure}");
             }
             Ok(if failures.is_empty() { 0 } else { 3 })
+        }
+        Command::List {
+            regex,
+            file,
+            options,
+            symbols,
+        } => {
+            let (locator, bytes) = (symbols.into(), read_bytes(&file)?);
+            let outline = cut_short::outline(&file, &bytes, &locator)?;
+            print!("{}", list::list(&bytes, &outline, &locator, &regex, &options)?);
+            Ok(0)
         }
         Command::Collapse { file, output, symbols } => {
             let locator: Locator = symbols.into();

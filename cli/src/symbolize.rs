@@ -219,6 +219,10 @@ impl BuildIds {
 /// Segments come from the object; symbols from the object and its separate debug file; DWARF
 /// from the debug file when there is one.
 struct Binary {
+    /// The object file read (not its separate debug file): where its code is.
+    file: PathBuf,
+    /// The instruction set of its code.
+    architecture: object::Architecture,
     loader: Loader,
     segments: Vec<(u64, u64, u64)>,
     /// Function symbols (start, size, name) from .symtab and .dynsym of the object and of its
@@ -253,6 +257,19 @@ impl Binary {
             size => svma - start < size,
         };
         holds.then_some(name.as_str())
+    }
+
+    /// The extent (link-time start, end) of the function holding `svma`: its symbol's, else
+    /// the unwind-table extent.
+    fn extent(&self, svma: u64) -> Option<(u64, u64)> {
+        let i = self
+            .functions
+            .partition_point(|&(start, _, _)| start <= svma)
+            .checked_sub(1);
+        match i.map(|i| &self.functions[i]) {
+            Some(&(start, size, _)) if size > 0 && svma - start < size => Some((start, start.checked_add(size)?)),
+            _ => self.function_ranges.get().containing(svma),
+        }
     }
 
     /// The link-time address of file offset `offset`, if a loadable segment holds it.
@@ -333,6 +350,23 @@ impl Symbolizer {
     pub fn frames_at_svma(&mut self, path: &str, svma: u64) -> Option<Vec<Frame>> {
         let binary = self.binary(path, 0)?;
         frames_of(binary, file_name(path), svma)
+    }
+
+    /// The code of the function holding link-time address `svma` in the object mapped from
+    /// `path`: its link-time start and its bytes as the file holds them (for disassembly),
+    /// and their instruction set. At most `limit` bytes; none if the extent is not in the file.
+    pub fn function_code(&mut self, path: &str, svma: u64, limit: u64) -> Option<(u64, Vec<u8>, object::Architecture)> {
+        use std::os::unix::fs::FileExt;
+        let binary = self.binary(path, 0)?;
+        let (start, end) = binary.extent(svma)?;
+        let &(off, _, vaddr) = binary
+            .segments
+            .iter()
+            .find(|&&(_, size, vaddr)| vaddr <= start && end - vaddr <= size)?;
+        let mut code = vec![0; (end - start).min(limit) as usize];
+        let (file, _, _) = open_regular(&binary.file).ok()?;
+        file.read_exact_at(&mut code, off.checked_add(start - vaddr)?).ok()?;
+        Some((start, code, binary.architecture))
     }
 
     /// Link-time start and size of the executable segment of the object mapped from `path`.
@@ -480,6 +514,8 @@ fn load_binary(path: &Path, data: &[u8], debug: &mut DebugSearch) -> Option<Bina
         })
         .or_else(|| Loader::new(path).ok())?;
     Some(Binary {
+        file: path.to_path_buf(),
+        architecture: file.architecture(),
         loader,
         segments,
         functions,
