@@ -1,5 +1,6 @@
 //! `cpuprof`: records, reads, compares and converts raw gperftools-format CPU profiles.
 
+mod advise;
 mod cut_short;
 mod dcpi;
 mod debug_info;
@@ -135,6 +136,12 @@ enum Target {
     Dcpi,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum AdviceFormat {
+    Text,
+    Json,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run a program under the profiler, then print a summary and its top functions.
@@ -192,6 +199,34 @@ run-to-run spread, and times are marked too. Exit status 3 when something is sig
         history: Option<PathBuf>,
         #[command(flatten)]
         criteria: DiffCriteria,
+        #[command(flatten)]
+        symbols: Symbols,
+    },
+    /// What could be optimised: a short ranked list of hints, each with its numbers.
+    #[command(after_help = "\
+Hints, ranked by the share of all samples at stake: functions that grew against --history (as
+`diff --history` marks them, cumulative, with intervals); a function of the program whose self
+time sits on at most 3 source lines (half of it or more); known-costly families of library
+functions (allocation, copying, locking, system calls, formatting and parsing, sorting, hashing,
+exception unwinding, the dynamic loader) with their share, counted once per sample, and the
+program's functions that call them. Hints below --min-share get one line each.")]
+    Advise {
+        file: PathBuf,
+        /// Directory of earlier profiles of the same program (at least two): adds what grew.
+        #[arg(long, value_name = "DIR")]
+        history: Option<PathBuf>,
+        /// `text`, or `json` (every hint with raw counts).
+        #[arg(long, value_enum, default_value = "text")]
+        format: AdviceFormat,
+        /// Hints shown in full.
+        #[arg(short = 'n', long, default_value_t = 10)]
+        count: usize,
+        /// Share at stake (%) below which a hint gets one line.
+        #[arg(long, default_value_t = 1.0, value_name = "PERCENT")]
+        min_share: f64,
+        /// The kernel tick (us) of the machine that recorded the profiles (see `diff`).
+        #[arg(long, value_name = "US")]
+        tick_us: Option<u64>,
         #[command(flatten)]
         symbols: Symbols,
     },
@@ -344,6 +379,42 @@ fn run(command: Command) -> Result<u8, String> {
                 println!("FAIL {failure}");
             }
             Ok(if failures.is_empty() { 0 } else { 3 })
+        }
+        Command::Advise {
+            file,
+            history,
+            format,
+            count,
+            min_share,
+            tick_us,
+            symbols,
+        } => {
+            let locator: Locator = symbols.into();
+            let profile = read_profile(&file, &locator)?;
+            let analysis = advise::Analysis::new(&profile, &locator);
+            let tick_us = tick_us.unwrap_or_else(local_tick_us);
+            let summary = |stacks: &Stacks, records| diff::Summary::new(stacks, records, 1.0, true, tick_us);
+            let report = match &history {
+                Some(dir) => {
+                    let past = read_history(dir, &|path: &Path| {
+                        let p = read_profile(path, &locator)?;
+                        Ok(summary(&Stacks::symbolise(&p, &locator), p.records))
+                    })?;
+                    let latest = summary(&analysis.stacks, profile.records);
+                    let header = String::new();
+                    Some((
+                        diff::against_history(&past, &latest, header, advise::diff_options()),
+                        past.len(),
+                    ))
+                }
+                None => None,
+            };
+            let advice = advise::advise(&analysis, report.as_ref().map(|(r, n)| (r, *n)));
+            match format {
+                AdviceFormat::Text => print!("{}", advice.text(min_share / 100.0, count)),
+                AdviceFormat::Json => print!("{}", advice.json()),
+            }
+            Ok(0)
         }
         Command::Collapse { file, output, symbols } => {
             let locator: Locator = symbols.into();
