@@ -575,6 +575,8 @@ pub struct Advice<'a> {
 /// [`CONCENTRATED`] of it.
 const MAX_LINES: usize = 3;
 const CONCENTRATED: f64 = 0.5;
+/// Fewer self samples than this cannot say which lines are hot (1 of 2 is "50 %").
+const MIN_LINE_SAMPLES: u64 = 10;
 
 pub fn advise<'a>(analysis: &'a Analysis, growth: Option<(&Report, usize)>) -> Advice<'a> {
     let total = analysis.total.max(1) as f64;
@@ -616,7 +618,7 @@ pub fn advise<'a>(analysis: &'a Analysis, growth: Option<(&Report, usize)>) -> A
                 break;
             }
         }
-        if self_samples == 0 || (held as f64) < CONCENTRATED * self_samples as f64 {
+        if self_samples < MIN_LINE_SAMPLES || (held as f64) < CONCENTRATED * self_samples as f64 {
             continue;
         }
         hints.push((
