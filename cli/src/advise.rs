@@ -562,6 +562,14 @@ pub enum Hint {
         self_samples: u64,
         lines: Vec<(String, u64, u64, Option<String>)>,
     },
+    /// Functions whose time grew significantly but not their share: the run as a whole took
+    /// longer (`seconds` against the history's usual `usual_seconds`).
+    Slower {
+        functions: Vec<String>,
+        usual_seconds: f64,
+        seconds: f64,
+        runs: usize,
+    },
     Family(usize),
 }
 
@@ -582,25 +590,45 @@ pub fn advise<'a>(analysis: &'a Analysis, growth: Option<(&Report, usize)>) -> A
     let total = analysis.total.max(1) as f64;
     let mut hints: Vec<(f64, Hint)> = Vec::new();
     if let Some((report, runs)) = growth {
+        // The whole run took longer when a function with all the samples did.
+        let whole = report
+            .rows
+            .iter()
+            .any(|r| r.share.before >= 99.0 && r.time.significant && r.time.change() > 0.0);
+        let mut slower = Vec::new();
         for row in report.rows.iter().filter(|r| grew(r)) {
-            // At stake: what the growth added, in points of share or, if only the time was
-            // significant, as a share of the usual total.
-            let share = if row.share.significant {
+            let share_grew = row.share.significant && row.share.change() > 0.0;
+            if whole && !share_grew {
+                // Its time grew, its share did not: it grew with the whole run.
+                slower.push(row);
+                continue;
+            }
+            // At stake: the points of share the growth added, or what its time added to the
+            // usual total.
+            let stake = if share_grew {
                 row.share.change() / 100.0
             } else {
-                0.0
-            };
-            let time = if row.time.significant && report.base_seconds > 0.0 {
-                row.time.change() / report.base_seconds
-            } else {
-                0.0
+                row.time.change() / report.base_seconds.max(f64::MIN_POSITIVE)
             };
             hints.push((
-                share.max(time),
+                stake,
                 Hint::Growth {
                     row: row.clone(),
                     runs,
                     usual_seconds: report.base_seconds,
+                },
+            ));
+        }
+        if !slower.is_empty() && report.base_seconds > 0.0 {
+            // One hint for all of them, at stake what the largest added to the usual total.
+            let added = slower.iter().map(|r| r.time.change()).fold(0.0, f64::max);
+            hints.push((
+                added / report.base_seconds,
+                Hint::Slower {
+                    functions: slower.iter().map(|r| r.function.clone()).collect(),
+                    usual_seconds: report.base_seconds,
+                    seconds: report.new_seconds,
+                    runs,
                 },
             ));
         }
@@ -641,6 +669,7 @@ pub fn advise<'a>(analysis: &'a Analysis, growth: Option<(&Report, usize)>) -> A
 fn key(hint: &Hint) -> String {
     match hint {
         Hint::Growth { row, .. } => format!("0{}", row.function),
+        Hint::Slower { .. } => "0".to_string(),
         Hint::Lines { function, .. } => format!("1{function}"),
         Hint::Family(i) => format!("2{i}"),
     }
@@ -732,6 +761,26 @@ impl Advice<'_> {
                         if t.significant { " significant" } else { "" }
                     );
                 }
+                Hint::Slower {
+                    functions,
+                    usual_seconds,
+                    seconds,
+                    runs,
+                } => {
+                    let _ = writeln!(
+                        out,
+                        "the run took {seconds:.3} s of CPU against the usual {usual_seconds:.3} s of {runs} earlier runs ({:+.1} %)",
+                        100.0 * (seconds - usual_seconds) / usual_seconds
+                    );
+                    let _ = writeln!(
+                        out,
+                        "   grew in time but not in share (with the whole run): {}",
+                        list(functions, 6)
+                    );
+                    out.push_str(
+                        "   if the runs did the same work, everything slowed down; else it is the extra work\n",
+                    );
+                }
                 Hint::Lines {
                     function,
                     self_samples,
@@ -789,6 +838,9 @@ impl Advice<'_> {
             for (stake, hint) in &minor {
                 let what = match hint {
                     Hint::Growth { row, .. } => format!("{} grew", row.function),
+                    Hint::Slower { functions, .. } => {
+                        format!("the run took longer: {} grew with it", list(functions, 3))
+                    }
                     Hint::Lines { function, lines, .. } => format!(
                         "{function}: line {} holds most of its self time",
                         lines.iter().map(|l| l.1.to_string()).collect::<Vec<_>>().join(", ")
@@ -863,6 +915,20 @@ impl Advice<'_> {
                         effect(&row.time)
                     )
                 }
+                Hint::Slower {
+                    functions,
+                    usual_seconds,
+                    seconds,
+                    runs,
+                } => {
+                    let names: Vec<String> = functions.iter().map(|f| string(f)).collect();
+                    format!(
+                        "\"kind\":\"slower\",\"runs\":{runs},\"usual_seconds\":{},\"seconds\":{},\"functions\":[{}]",
+                        num(*usual_seconds),
+                        num(*seconds),
+                        names.join(",")
+                    )
+                }
                 Hint::Lines {
                     function,
                     self_samples,
@@ -917,6 +983,15 @@ impl Advice<'_> {
             hints.join(",\n")
         )
     }
+}
+
+/// The first `n` of `names`, and how many more.
+fn list(names: &[String], n: usize) -> String {
+    let mut shown = names.iter().take(n).cloned().collect::<Vec<_>>().join(", ");
+    if names.len() > n {
+        let _ = write!(shown, " and {} more", names.len() - n);
+    }
+    shown
 }
 
 /// A JSON number (JSON has no infinities or NaN: those become null).
