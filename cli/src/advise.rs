@@ -723,7 +723,9 @@ impl Advice<'_> {
             a.period_us
         );
         let (major, minor): (Vec<_>, Vec<_>) = self.hints.iter().partition(|(stake, _)| *stake >= min_share);
-        if major.is_empty() {
+        if total == 0 {
+            out.push_str("no samples: nothing to advise on\n");
+        } else if major.is_empty() {
             let _ = writeln!(out, "no hint: nothing at stake reaches {:.1} %", 100.0 * min_share);
         }
         for (rank, (stake, hint)) in major.iter().take(count).enumerate() {

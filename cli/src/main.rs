@@ -107,6 +107,13 @@ fn probability(text: &str) -> Result<f64, String> {
         .ok_or_else(|| format!("`{text}` is not a probability between 0 and 1"))
 }
 
+fn percentage(text: &str) -> Result<f64, String> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|p| (0.0..=100.0).contains(p))
+        .ok_or_else(|| format!("`{text}` is not a percentage between 0 and 100"))
+}
+
 fn units(text: &str) -> Result<(f64, f64), String> {
     let positive = |v: &str| v.trim().parse::<f64>().ok().filter(|u| u.is_finite() && *u > 0.0);
     text.split_once(',')
@@ -209,8 +216,10 @@ Hints, ranked by the share of all samples at stake: functions that grew against 
 time sits on at most 3 source lines (half of it or more); known-costly families of library
 functions (allocation, copying, locking, system calls, formatting and parsing, sorting, hashing,
 exception unwinding, the dynamic loader) with their share, counted once per sample, and the
-program's functions that call them. Hints below --min-share get one line each.")]
+program's functions that call them. Functions whose time grew only with the whole run are one
+hint. Hints below --min-share get one line each. --format json lists every hint with its counts.")]
     Advise {
+        /// A raw profile (cpuprof's or gperftools').
         file: PathBuf,
         /// Directory of earlier profiles of the same program (at least two): adds what grew.
         #[arg(long, value_name = "DIR")]
@@ -222,7 +231,7 @@ program's functions that call them. Hints below --min-share get one line each.")
         #[arg(short = 'n', long, default_value_t = 10)]
         count: usize,
         /// Share at stake (%) below which a hint gets one line.
-        #[arg(long, default_value_t = 1.0, value_name = "PERCENT")]
+        #[arg(long, default_value_t = 1.0, value_name = "PERCENT", value_parser = percentage)]
         min_share: f64,
         /// The kernel tick (us) of the machine that recorded the profiles (see `diff`).
         #[arg(long, value_name = "US")]
