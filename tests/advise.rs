@@ -149,14 +149,13 @@ fn demo_names_formatting_sorting_and_the_hot_lines() {
 
     // Allocation: the demo's only allocator time is freeing its 20 MB sieve (munmap, ~1 ms a
     // round), seen in some runs and not others; named whenever `top` sees it, with its share.
-    let allocation = cum_of(&cum, "libc_free").max(cum_of(&cum, "calloc"));
+    // calloc and free are separate calls from count_primes: the family is their sum.
+    let allocation = cum_of(&cum, "libc_free") + cum_of(&cum, "calloc");
     match family_hint(&advice, "allocation and freeing") {
         Some(hint) => {
-            assert!(
-                within(family_share(&hint, "allocation and freeing"), allocation),
-                "{advice}\n{cum:?}"
-            );
-            assert!(hint[0].contains("count_primes"), "{advice}");
+            let share = family_share(&hint, "allocation and freeing");
+            assert!((share - allocation).abs() <= 0.11, "{advice}\n{cum:?}");
+            assert!(hint.join("\n").contains("count_primes"), "{advice}");
         }
         None => assert_eq!(allocation, 0.0, "{advice}\n{cum:?}"),
     }
