@@ -1,5 +1,6 @@
 //! `cpuprof`: records, reads, compares and converts raw gperftools-format CPU profiles.
 
+mod advise;
 mod cut_short;
 mod dcpi;
 mod debug_info;
@@ -107,6 +108,13 @@ fn probability(text: &str) -> Result<f64, String> {
         .ok_or_else(|| format!("`{text}` is not a probability between 0 and 1"))
 }
 
+fn percentage(text: &str) -> Result<f64, String> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|p| (0.0..=100.0).contains(p))
+        .ok_or_else(|| format!("`{text}` is not a percentage between 0 and 100"))
+}
+
 fn units(text: &str) -> Result<(f64, f64), String> {
     let positive = |v: &str| v.trim().parse::<f64>().ok().filter(|u| u.is_finite() && *u > 0.0);
     text.split_once(',')
@@ -134,6 +142,12 @@ enum Target {
     Pprof,
     /// One DCPI v0.07 profile per image, into a directory.
     Dcpi,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum AdviceFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -205,6 +219,36 @@ run-to-run spread, and times are marked too. Exit status 3 when something is sig
         file: PathBuf,
         #[command(flatten)]
         options: list::Args,
+        #[command(flatten)]
+        symbols: Symbols,
+    },
+    /// What could be optimised: a short ranked list of hints, each with its numbers.
+    #[command(after_help = "\
+Hints, ranked by the share of all samples at stake: functions that grew against --history (as
+`diff --history` marks them, cumulative, with intervals); a function of the program whose self
+time sits on at most 3 source lines (half of it or more); known-costly families of library
+functions (allocation, copying, locking, system calls, formatting and parsing, sorting, hashing,
+exception unwinding, the dynamic loader) with their share, counted once per sample, and the
+program's functions that call them. Functions whose time grew only with the whole run are one
+hint. Hints below --min-share get one line each. --format json lists every hint with its counts.")]
+    Advise {
+        /// A raw profile (cpuprof's or gperftools').
+        file: PathBuf,
+        /// Directory of earlier profiles of the same program (at least two): adds what grew.
+        #[arg(long, value_name = "DIR")]
+        history: Option<PathBuf>,
+        /// `text`, or `json` (every hint with raw counts).
+        #[arg(long, value_enum, default_value = "text")]
+        format: AdviceFormat,
+        /// Hints shown in full.
+        #[arg(short = 'n', long, default_value_t = 10)]
+        count: usize,
+        /// Share at stake (%) below which a hint gets one line.
+        #[arg(long, default_value_t = 1.0, value_name = "PERCENT", value_parser = percentage)]
+        min_share: f64,
+        /// The kernel tick (us) of the machine that recorded the profiles (see `diff`).
+        #[arg(long, value_name = "US")]
+        tick_us: Option<u64>,
         #[command(flatten)]
         symbols: Symbols,
     },
@@ -368,6 +412,44 @@ fn run(command: Command) -> Result<u8, String> {
             let (locator, bytes) = (symbols.into(), read_bytes(&file)?);
             let outline = cut_short::outline(&file, &bytes, &locator)?;
             print!("{}", list::list(&bytes, &outline, &locator, &regex, &options)?);
+            Ok(0)
+        }
+        Command::Advise {
+            file,
+            history,
+            format,
+            count,
+            min_share,
+            tick_us,
+            symbols,
+        } => {
+            let locator: Locator = symbols.into();
+            let profile = read_profile(&file, &locator)?;
+            let analysis = advise::Analysis::new(&profile, &locator);
+            let tick_us = tick_us.unwrap_or_else(local_tick_us);
+            let summary = |stacks: &Stacks, p: &Profile| {
+                diff::Summary::new(stacks, p.records, p.maps.signal_weights, 1.0, true, tick_us)
+            };
+            let report = match &history {
+                Some(dir) => {
+                    let past = read_history(dir, &|path: &Path| {
+                        let p = read_profile(path, &locator)?;
+                        Ok(summary(&Stacks::symbolise(&p, &locator), &p))
+                    })?;
+                    let latest = summary(&analysis.stacks, &profile);
+                    let header = String::new();
+                    Some((
+                        diff::against_history(&past, &latest, header, advise::diff_options()),
+                        past.len(),
+                    ))
+                }
+                None => None,
+            };
+            let advice = advise::advise(&analysis, report.as_ref().map(|(r, n)| (r, *n)));
+            match format {
+                AdviceFormat::Text => print!("{}", advice.text(min_share / 100.0, count)),
+                AdviceFormat::Json => print!("{}", advice.json()),
+            }
             Ok(0)
         }
         Command::Collapse { file, output, symbols } => {
