@@ -136,7 +136,8 @@ pub fn settle(tp: u64, cpu_ns: u64, period_ns: u64) -> Option<(u64, StartChain)>
 /// Forgets every account (at stop: the next session's timers start new lattices).
 /// Callers hold the timer registry's lock, after the sampler state was unpublished.
 pub fn clear() {
-    for account in &ACCOUNTS {
+    // Stores only where a key was set, so the table's untouched pages stay untouched.
+    for account in ACCOUNTS.iter().filter(|a| a.key.load(Ordering::Relaxed) != 0) {
         account.key.store(0, Ordering::Release);
     }
 }

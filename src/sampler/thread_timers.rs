@@ -151,7 +151,6 @@ pub fn stop() -> Stopped {
             unsampled_threads: 0,
         };
     };
-    thread_accounts::clear();
     let mut perf_fds = Vec::new();
     for (_, armed) in timers.armed {
         match armed {
@@ -162,6 +161,9 @@ pub fn stop() -> Stopped {
             posix => disarm(posix),
         }
     }
+    // After the timers are gone: a tick landing in this loop would charge the program for it
+    // (one signal weighs up to 16 samples at 4000 Hz).
+    thread_accounts::clear();
     Stopped {
         perf_fds,
         unsampled_threads: timers.unsampled,
