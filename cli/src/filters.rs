@@ -8,6 +8,9 @@
 //! its caller); a sample left with no frames is dropped. Percentages stay relative to the
 //! unfiltered total, as pprof's are (without its `-relative_percentages`).
 //!
+//! pprof matches a frame's function name, source file or object; here a frame's function name
+//! (unnamed code is named `[object]`, so the object still matches there).
+//!
 //! Readers call [`Filtering::apply`] on each chain of name ids: a function's verdict is worked
 //! out once, the first time its id is met, so a filtered read stays one pass with no
 //! allocation per record, and an unfiltered one pays one branch per record.
@@ -22,7 +25,8 @@ use std::collections::HashMap;
 #[derive(Args, Clone, Debug, Default)]
 pub struct Filters {
     /// Keep only samples with a frame whose function name matches REGEX (pprof -focus).
-    /// Percentages stay relative to the unfiltered total, as in pprof.
+    /// Percentages stay relative to the unfiltered total, as in pprof. All four filters match
+    /// function names only (pprof also matches source file and object names).
     #[arg(long, value_name = "REGEX", value_parser = regex)]
     pub focus: Option<Regex>,
     /// Drop samples with a frame whose function name matches REGEX (pprof -ignore); it wins
