@@ -496,6 +496,28 @@ mod tests {
             for name in ["0x8fff", "0x9000", "[app]"] {
                 assert!(names.contains(&name), "{format}: {names:?}");
             }
+            // Filtered as read, or after (parsed and DCPI profiles: diff, top of DCPI): the
+            // same chains and sums, over the same unfiltered total.
+            let re = |s: &str| Some(regex::Regex::new(s).unwrap());
+            let filters = Filters {
+                focus: re("^0x9000$|app"),
+                ignore: re("^0x7008$"),
+                hide: re(r"^\[app\]$"),
+                show: None,
+            };
+            let streamed = Stacks::read(&bytes, &outline, &locator, &filters);
+            let after = Stacks::symbolise(&Profile::parse(&bytes).unwrap(), &locator).filter(&filters);
+            assert_eq!(streamed.folded(), after.folded(), "{format}");
+            assert!(!streamed
+                .folded()
+                .iter()
+                .any(|l| l.contains("[app]") || l.contains("0x7008")));
+            assert!(streamed.kept() < streamed.total() && streamed.kept() > 0, "{format}");
+            assert_eq!(streamed.total(), outline.total);
+            let filtered = sorted(Functions::read(&bytes, &outline, &locator, &filters));
+            assert_eq!(filtered, sorted(after.functions()), "{format}");
+            assert_eq!(filtered, sorted(streamed.functions()), "{format}");
+            assert_eq!(filtered.1, outline.total);
         }
     }
 
