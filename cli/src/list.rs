@@ -13,6 +13,7 @@
 //! readers do, but only the frames of matching functions are kept, with counts per line and
 //! per address of those functions alone.
 
+use crate::filters::Filters;
 use crate::progress::Progress;
 use crate::report::percent;
 use crate::stacks::Counts;
@@ -101,6 +102,8 @@ struct Tally<'a> {
     addresses: HashMap<(u32, u64), Counts, FastHash>,
     /// All samples of the profile.
     total: u64,
+    /// Function names by address, innermost first, when filters need them.
+    names: HashMap<u64, Vec<String>, FastHash>,
 }
 
 impl<'a> Tally<'a> {
@@ -126,6 +129,21 @@ impl<'a> Tally<'a> {
         let known = (start, self.hits.len() as u32 - start);
         self.cache.insert(addr, known);
         known
+    }
+
+    /// Whether `filters` keep the sample `pcs` (interrupted PC first): its function names,
+    /// outermost first, each address named once.
+    fn kept_by(&mut self, filters: &Filters, pcs: &[u64]) -> bool {
+        let mut names = Vec::new();
+        for (i, &pc) in pcs.iter().enumerate().rev() {
+            let addr = if i == 0 { pc } else { pc.saturating_sub(1) };
+            let at = self
+                .names
+                .entry(addr)
+                .or_insert_with(|| self.symbolizer.functions(self.maps, addr));
+            names.extend(at.iter().rev().cloned());
+        }
+        filters.frames_kept(&names).is_some()
     }
 
     /// Counts one record: `pcs` interrupted PC first.
@@ -210,7 +228,16 @@ impl Seen {
 
 /// The listing of the functions of the raw profile in `bytes` (whose first pass found
 /// `outline`) that match `regex`.
-pub fn list(bytes: &[u8], outline: &Scan, locator: &Locator, regex: &Regex, args: &Args) -> Result<String, String> {
+/// `filters` choose the samples counted (`--focus`, `--ignore`, `--show`, `--hide`: a sample
+/// is counted if they keep any of its frames); percentages stay of the whole profile.
+pub fn list(
+    bytes: &[u8],
+    outline: &Scan,
+    locator: &Locator,
+    regex: &Regex,
+    args: &Args,
+    filters: &Filters,
+) -> Result<String, String> {
     let mut tally = Tally {
         regex,
         symbolizer: Symbolizer::new(locator.clone(), &outline.maps),
@@ -223,6 +250,7 @@ pub fn list(bytes: &[u8], outline: &Scan, locator: &Locator, regex: &Regex, args
         lines: HashMap::default(),
         addresses: HashMap::default(),
         total: 0,
+        names: HashMap::default(),
     };
     let mut progress = Progress::new("reading", outline.records);
     let (mut pcs, mut seen, mut done) = (Vec::new(), Seen::default(), 0);
@@ -231,6 +259,10 @@ pub fn list(bytes: &[u8], outline: &Scan, locator: &Locator, regex: &Regex, args
         progress.update(done);
         done += 1;
         record.pcs_into(&mut pcs);
+        if filters.active() && !tally.kept_by(filters, &pcs) {
+            tally.total = tally.total.saturating_add(record.count);
+            return;
+        }
         tally.add(&pcs, record.count, &mut seen);
     });
     drop(progress);

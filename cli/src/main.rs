@@ -5,9 +5,11 @@ mod cut_short;
 mod dcpi;
 mod debug_info;
 mod diff;
+mod filters;
 mod function_ranges;
 mod list;
 mod merge;
+mod peek;
 mod plt;
 mod pprof_out;
 mod progress;
@@ -18,6 +20,7 @@ mod symbolize;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use cpuprof::format::Profile;
+use filters::Filters;
 use stacks::{Functions, Stacks};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -182,6 +185,25 @@ enum Command {
         #[arg(short = 'n', long, default_value_t = 20)]
         count: usize,
         #[command(flatten)]
+        filters: Filters,
+        #[command(flatten)]
+        symbols: Symbols,
+    },
+    /// Callers and callees of each function matching REGEX, with the samples through each call,
+    /// like `pprof -peek`.
+    #[command(after_help = "\
+A call counts a sample once however often it appears in its stack, and a function calling
+itself is no call (recursion counts once). calls% is of the function's cumulative samples;
+flat% and cum% of the profile's total (before filters, as in pprof).")]
+    Peek {
+        /// Regular expression matched against function names (unanchored).
+        #[arg(value_parser = filters::regex)]
+        regex: regex::Regex,
+        /// A raw profile, a DCPI profile, or a directory of DCPI profiles.
+        file: PathBuf,
+        #[command(flatten)]
+        filters: Filters,
+        #[command(flatten)]
         symbols: Symbols,
     },
     /// What grew and what shrank between two profiles, or against a history of profiles.
@@ -208,6 +230,8 @@ run-to-run spread, and times are marked too. Exit status 3 when something is sig
         #[command(flatten)]
         criteria: DiffCriteria,
         #[command(flatten)]
+        filters: Filters,
+        #[command(flatten)]
         symbols: Symbols,
     },
     /// Source lines of each function matching REGEX with their samples, flat and cumulative
@@ -219,6 +243,8 @@ run-to-run spread, and times are marked too. Exit status 3 when something is sig
         file: PathBuf,
         #[command(flatten)]
         options: list::Args,
+        #[command(flatten)]
+        filters: Filters,
         #[command(flatten)]
         symbols: Symbols,
     },
@@ -250,6 +276,8 @@ hint. Hints below --min-share get one line each. --format json lists every hint 
         #[arg(long, value_name = "US")]
         tick_us: Option<u64>,
         #[command(flatten)]
+        filters: Filters,
+        #[command(flatten)]
         symbols: Symbols,
     },
     /// Folded stacks (`main;f;g 12` per line), for flame graph and other tools.
@@ -259,6 +287,8 @@ hint. Hints below --min-share get one line each. --format json lists every hint 
         #[arg(short = 'o', long)]
         output: Option<PathBuf>,
         #[command(flatten)]
+        filters: Filters,
+        #[command(flatten)]
         symbols: Symbols,
     },
     /// Draw an SVG flame graph.
@@ -267,9 +297,14 @@ hint. Hints below --min-share get one line each. --format json lists every hint 
         #[arg(short = 'o', long, default_value = "flamegraph.svg")]
         output: PathBuf,
         #[command(flatten)]
+        filters: Filters,
+        #[command(flatten)]
         symbols: Symbols,
     },
     /// Convert to pprof protobuf or to DCPI profiles.
+    #[command(after_help = "\
+With filters, the output holds only the samples they keep (readers then take these as the
+total), hidden frames taken out of their stacks.")]
     Convert {
         file: PathBuf,
         #[arg(long = "to", value_enum)]
@@ -277,6 +312,8 @@ hint. Hints below --min-share get one line each. --format json lists every hint 
         /// Output file (pprof) or directory (dcpi).
         #[arg(short = 'o', long)]
         output: PathBuf,
+        #[command(flatten)]
+        filters: Filters,
         #[command(flatten)]
         symbols: Symbols,
     },
@@ -328,10 +365,21 @@ fn run(command: Command) -> Result<u8, String> {
             file,
             cum,
             count,
+            filters,
             symbols,
         } => {
-            let functions = read_functions(&file, &symbols.into())?;
+            let functions = read_functions(&file, &symbols.into(), &filters)?;
             print!("{}", report::top(&functions, cum, count));
+            Ok(0)
+        }
+        Command::Peek {
+            regex,
+            file,
+            filters,
+            symbols,
+        } => {
+            let stacks = read_stacks(&file, &symbols.into(), &filters)?;
+            print!("{}", peek::peek(&stacks, &regex));
             Ok(0)
         }
         Command::Diff {
@@ -339,6 +387,7 @@ fn run(command: Command) -> Result<u8, String> {
             new,
             history,
             criteria,
+            filters,
             symbols,
         } => {
             let locator: Locator = symbols.into();
@@ -351,7 +400,7 @@ fn run(command: Command) -> Result<u8, String> {
             let tick_us = criteria.tick_us.unwrap_or_else(local_tick_us);
             let summary = |path: &Path, units: f64| -> Result<diff::Summary, String> {
                 let profile = read_profile(path, &locator)?;
-                let stacks = Stacks::symbolise(&profile, &locator);
+                let stacks = Stacks::symbolise(&profile, &locator).filter(&filters);
                 Ok(diff::Summary::new(
                     &stacks,
                     profile.records,
@@ -407,11 +456,15 @@ fn run(command: Command) -> Result<u8, String> {
             regex,
             file,
             options,
+            filters,
             symbols,
         } => {
             let (locator, bytes) = (symbols.into(), read_bytes(&file)?);
             let outline = cut_short::outline(&file, &bytes, &locator)?;
-            print!("{}", list::list(&bytes, &outline, &locator, &regex, &options)?);
+            print!(
+                "{}",
+                list::list(&bytes, &outline, &locator, &regex, &options, &filters)?
+            );
             Ok(0)
         }
         Command::Advise {
@@ -421,10 +474,14 @@ fn run(command: Command) -> Result<u8, String> {
             count,
             min_share,
             tick_us,
+            filters,
             symbols,
         } => {
             let locator: Locator = symbols.into();
-            let profile = read_profile(&file, &locator)?;
+            let mut profile = read_profile(&file, &locator)?;
+            if filters.active() {
+                profile = filters::profile(&profile, &locator, &filters);
+            }
             let analysis = advise::Analysis::new(&profile, &locator);
             let tick_us = tick_us.unwrap_or_else(local_tick_us);
             let summary = |stacks: &Stacks, p: &Profile| {
@@ -452,9 +509,14 @@ fn run(command: Command) -> Result<u8, String> {
             }
             Ok(0)
         }
-        Command::Collapse { file, output, symbols } => {
+        Command::Collapse {
+            file,
+            output,
+            filters,
+            symbols,
+        } => {
             let locator: Locator = symbols.into();
-            let stacks = raw_stacks(&file, &read_bytes(&file)?, &locator)?;
+            let stacks = raw_stacks(&file, &read_bytes(&file)?, &locator, &filters)?;
             let mut text = stacks.folded().join("\n");
             text.push('\n');
             match output {
@@ -465,8 +527,13 @@ fn run(command: Command) -> Result<u8, String> {
             }
             Ok(0)
         }
-        Command::Flamegraph { file, output, symbols } => {
-            let stacks = read_stacks(&file, &symbols.into())?;
+        Command::Flamegraph {
+            file,
+            output,
+            filters,
+            symbols,
+        } => {
+            let stacks = read_stacks(&file, &symbols.into(), &filters)?;
             report::flamegraph(&stacks, &output)?;
             eprintln!("wrote {}", output.display());
             Ok(0)
@@ -475,12 +542,16 @@ fn run(command: Command) -> Result<u8, String> {
             file,
             target,
             output,
+            filters,
             symbols,
         } => {
             let locator: Locator = symbols.into();
-            let profile = read_profile(&file, &locator)?;
+            let mut profile = read_profile(&file, &locator)?;
+            if filters.active() {
+                profile = filters::profile(&profile, &locator, &filters);
+            }
             match target {
-                Target::Pprof => pprof_out::write(&pprof_out::encode(&profile, &locator), &output)?,
+                Target::Pprof => pprof_out::write(&pprof_out::encode(&profile, &locator, &filters), &output)?,
                 Target::Dcpi => {
                     let taken = std::fs::metadata(&file)
                         .and_then(|m| m.modified())
@@ -559,21 +630,22 @@ fn read_profile(file: &Path, locator: &Locator) -> Result<Profile, String> {
 
 /// Samples per function of a raw profile (summed as it is read: no chain is kept), a DCPI
 /// profile, or a directory of DCPI profiles.
-fn read_functions(file: &Path, locator: &Locator) -> Result<Functions, String> {
+fn read_functions(file: &Path, locator: &Locator, filters: &Filters) -> Result<Functions, String> {
     if file.is_dir() {
-        return Ok(read_stacks(file, locator)?.functions());
+        return Ok(read_stacks(file, locator, filters)?.functions());
     }
     let bytes = read_bytes(file)?;
     if dcpi::is_dcpi(&bytes) {
         let profile = dcpi::parse(&bytes).map_err(|e| format!("{}: {e}", file.display()))?;
-        return Ok(dcpi::stacks(&[profile], locator).functions());
+        return Ok(dcpi::stacks(&[profile], locator).filter(filters).functions());
     }
     let outline = cut_short::outline(file, &bytes, locator)?;
-    Ok(Functions::read(&bytes, &outline, locator))
+    Ok(Functions::read(&bytes, &outline, locator, filters))
 }
 
-/// A raw profile, a DCPI profile, or a directory of DCPI profiles, symbolised.
-fn read_stacks(file: &Path, locator: &Locator) -> Result<Stacks, String> {
+/// A raw profile, a DCPI profile, or a directory of DCPI profiles, symbolised, as `filters`
+/// leave it.
+fn read_stacks(file: &Path, locator: &Locator, filters: &Filters) -> Result<Stacks, String> {
     if file.is_dir() {
         let mut profiles = Vec::new();
         for path in sorted_files(file)? {
@@ -585,21 +657,21 @@ fn read_stacks(file: &Path, locator: &Locator) -> Result<Stacks, String> {
         if profiles.is_empty() {
             return Err(format!("{}: no DCPI profiles in this directory", file.display()));
         }
-        return Ok(dcpi::stacks(&profiles, locator));
+        return Ok(dcpi::stacks(&profiles, locator).filter(filters));
     }
     let bytes = read_bytes(file)?;
     if dcpi::is_dcpi(&bytes) {
         let profile = dcpi::parse(&bytes).map_err(|e| format!("{}: {e}", file.display()))?;
-        return Ok(dcpi::stacks(&[profile], locator));
+        return Ok(dcpi::stacks(&[profile], locator).filter(filters));
     }
-    raw_stacks(file, &bytes, locator)
+    raw_stacks(file, &bytes, locator, filters)
 }
 
 /// The raw profile in `bytes`, read from `file`, symbolised as it is read: one pass finds the
 /// maps at the end (and judges a cut), a second aggregates the records; none is kept.
-fn raw_stacks(file: &Path, bytes: &[u8], locator: &Locator) -> Result<Stacks, String> {
+fn raw_stacks(file: &Path, bytes: &[u8], locator: &Locator, filters: &Filters) -> Result<Stacks, String> {
     let outline = cut_short::outline(file, bytes, locator)?;
-    Ok(Stacks::read(bytes, &outline, locator))
+    Ok(Stacks::read(bytes, &outline, locator, filters))
 }
 
 fn sorted_files(dir: &Path) -> Result<Vec<PathBuf>, String> {

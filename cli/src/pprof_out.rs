@@ -1,6 +1,7 @@
 //! `convert --to pprof`: the profile as gzipped pprof protobuf, symbolised here (functions,
 //! files, lines, inlined frames) so readers need no access to the binaries.
 
+use crate::filters::Filters;
 use crate::progress::Progress;
 use crate::symbolize::{BuildIds, Locator, Symbolizer};
 use cpuprof::format::pprof::Pprof;
@@ -10,7 +11,9 @@ use std::collections::HashSet;
 use std::io::Write;
 use std::path::Path;
 
-pub fn encode(profile: &Profile, locator: &Locator) -> Pprof {
+/// `profile` (already filtered by [`crate::filters::profile`]) with the inlined frames that
+/// `filters` hide left out.
+pub fn encode(profile: &Profile, locator: &Locator, filters: &Filters) -> Pprof {
     let mut symbolizer = Symbolizer::new(locator.clone(), &profile.maps);
     let mut build_ids = BuildIds::default();
     let addresses: HashSet<u64> = profile.samples.iter().flat_map(|s| s.pcs.iter().copied()).collect();
@@ -21,7 +24,11 @@ pub fn encode(profile: &Profile, locator: &Locator) -> Pprof {
         |addr| {
             done += 1;
             progress.update(done);
-            symbolizer.frames(&profile.maps, addr)
+            let mut frames = symbolizer.frames(&profile.maps, addr);
+            if filters.active() {
+                frames.retain(|f| !filters.hides(&f.function));
+            }
+            frames
         },
         |path| build_ids.get(path).unwrap_or_default(),
     )

@@ -22,6 +22,13 @@ pub fn top(functions: &Functions, by_cum: bool, count: usize) -> String {
         "Total: {total} samples ({seconds:.2} s at {} us per sample)\n",
         functions.period_us
     );
+    if let Some(kept) = functions.kept {
+        let _ = writeln!(
+            out,
+            "Filters kept {kept} samples ({:.1}% of the total, which percentages are of)",
+            pct(kept)
+        );
+    }
     let _ = writeln!(
         out,
         "{:>8} {:>6} {:>6} {:>8} {:>6}  function",

@@ -5,8 +5,10 @@
 //! each function name is stored once and chains are lists of name ids. `top` needs only
 //! per-function sums, which [`Functions::read`] adds up record by record, keeping nothing
 //! else; the other reports need the chains, which [`Stacks::read`] keeps once each, identical
-//! chains summed through a fast hash. A record costs no allocation.
+//! chains summed through a fast hash. A record costs no allocation. The `--focus/--ignore/
+//! --hide/--show` filters apply to each chain before it is summed (see [`crate::filters`]).
 
+use crate::filters::{Filtering, Filters};
 use crate::progress::Progress;
 use crate::symbolize::{Locator, Symbolizer};
 use cpuprof::format::{scan, FastHash, Maps, Profile, Scan};
@@ -28,6 +30,10 @@ pub struct Stacks {
     /// them. Chains are compared in place, so none is stored twice.
     slots: Vec<u64>,
     hash: FastHash,
+    /// Samples the filters dropped: still part of the total, which percentages are of.
+    removed: u64,
+    /// Whether filters were applied.
+    filtered: bool,
 }
 
 const EMPTY: u64 = u64::MAX;
@@ -107,18 +113,20 @@ impl<'a> Addresses<'a> {
 
 /// Reads the records of the raw profile in `bytes`, whose first pass (`cut_short::outline`)
 /// found `outline` (its maps, perhaps rebuilt), handing `add` each record's chain of name ids
-/// (outermost caller first) and count. Records past a defect are not read, as that pass
-/// reported.
+/// (outermost caller first) and count as `filters` leave it. Records past a defect are not
+/// read, as that pass reported. Returns the samples the filters dropped.
 fn read_chains(
     bytes: &[u8],
     outline: &Scan,
     locator: &Locator,
+    filters: &Filters,
     names: &mut NameTable,
     mut add: impl FnMut(&[u32], u64),
-) {
+) -> u64 {
     let mut addresses = Addresses::new(&outline.maps, locator);
+    let mut filtering = Filtering::new(filters);
     let mut progress = Progress::new("reading", outline.records);
-    let (mut pcs, mut chain, mut done) = (Vec::new(), Vec::new(), 0);
+    let (mut pcs, mut chain, mut done, mut removed) = (Vec::new(), Vec::new(), 0, 0u64);
     // The bytes are those of the first pass: the outcome (the same records, up to the same
     // defect) is already known.
     let _ = scan(bytes, |record| {
@@ -126,8 +134,12 @@ fn read_chains(
         done += 1;
         record.pcs_into(&mut pcs);
         addresses.chain(names, &pcs, &mut chain);
-        add(&chain, record.count);
+        match filtering.apply(&chain, &names.names) {
+            Some(kept) => add(kept, record.count),
+            None => removed = removed.saturating_add(record.count),
+        }
     });
+    removed
 }
 
 /// Flat and cumulative samples per function, summed chain by chain.
@@ -167,28 +179,38 @@ impl Tally {
 /// What `top` shows: each function's flat and cumulative samples, and the total.
 pub struct Functions {
     pub period_us: u64,
+    /// All samples, those the filters dropped included (pprof's percentages are of these).
     pub total: u64,
+    /// With filters: the samples they kept.
+    pub kept: Option<u64>,
     pub counts: Vec<(String, Counts)>,
 }
 
 impl Functions {
     /// Sums the records of the raw profile in `bytes` per function as they are read (see
-    /// [`Stacks::read`] for `outline`); no chain is kept.
-    pub fn read(bytes: &[u8], outline: &Scan, locator: &Locator) -> Functions {
+    /// [`Stacks::read`] for `outline`), as `filters` leave them; no chain is kept.
+    pub fn read(bytes: &[u8], outline: &Scan, locator: &Locator, filters: &Filters) -> Functions {
         let (mut names, mut tally) = (NameTable::default(), Tally::default());
-        read_chains(bytes, outline, locator, &mut names, |chain, count| {
+        let removed = read_chains(bytes, outline, locator, filters, &mut names, |chain, count| {
             tally.add(chain, count)
         });
-        Functions::new(outline.period_us, names, tally)
+        Functions::new(outline.period_us, names, tally, removed, filters.active())
     }
 
-    fn new(period_us: u64, names: NameTable, mut tally: Tally) -> Functions {
-        // A name met only in chains of no samples (DCPI) still gets its (zero) row.
+    fn new(period_us: u64, names: NameTable, mut tally: Tally, removed: u64, filtered: bool) -> Functions {
+        // A name met only in chains of no samples (DCPI) still gets its (zero) row; one met
+        // only in frames the filters dropped or hid does not, as in pprof.
         tally.counts.resize(names.names.len(), Counts::default());
-        let counts = names.names.into_iter().zip(tally.counts).collect();
+        let counts = names
+            .names
+            .into_iter()
+            .zip(tally.counts)
+            .filter(|(_, c)| !filtered || c.cum > 0)
+            .collect();
         Functions {
             period_us,
-            total: tally.total,
+            total: tally.total.saturating_add(removed),
+            kept: filtered.then_some(tally.total),
             counts,
         }
     }
@@ -203,20 +225,54 @@ impl Stacks {
             chains: Vec::new(),
             slots: Vec::new(),
             hash: FastHash::default(),
+            removed: 0,
+            filtered: false,
         }
     }
 
     /// Reads the records of the raw profile in `bytes`, whose first pass (`cut_short::outline`)
-    /// found `outline`: its period and its maps (perhaps rebuilt). Records past a defect are not
-    /// read, as that pass reported.
-    pub fn read(bytes: &[u8], outline: &Scan, locator: &Locator) -> Stacks {
+    /// found `outline`: its period and its maps (perhaps rebuilt), as `filters` leave them.
+    /// Records past a defect are not read, as that pass reported.
+    pub fn read(bytes: &[u8], outline: &Scan, locator: &Locator, filters: &Filters) -> Stacks {
         let mut stacks = Stacks::new(outline.period_us);
         let mut names = std::mem::take(&mut stacks.names);
-        read_chains(bytes, outline, locator, &mut names, |chain, count| {
+        stacks.removed = read_chains(bytes, outline, locator, filters, &mut names, |chain, count| {
             stacks.add(chain, count)
         });
         stacks.names = names;
+        stacks.filtered = filters.active();
         stacks
+    }
+
+    /// These chains as `filters` leave them (for stacks not read by [`Stacks::read`]: parsed
+    /// or DCPI profiles).
+    pub fn filter(self, filters: &Filters) -> Stacks {
+        if !filters.active() {
+            return self;
+        }
+        let mut out = Stacks::new(self.period_us);
+        out.names.names.clone_from(&self.names.names);
+        out.names.ids = self.names.ids.clone();
+        out.removed = self.removed;
+        out.filtered = true;
+        let mut filtering = Filtering::new(filters);
+        for (chain, count) in self.chains() {
+            match filtering.apply(chain, &self.names.names) {
+                Some(kept) => out.add(kept, count),
+                None => out.removed = out.removed.saturating_add(count),
+            }
+        }
+        out
+    }
+
+    /// Each distinct chain of name ids (outermost caller first) with its samples.
+    pub fn chains(&self) -> impl Iterator<Item = (&[u32], u64)> {
+        (0..self.chains.len()).map(|i| (self.chain(i), self.chains[i].1))
+    }
+
+    /// Function names by id.
+    pub fn names(&self) -> &[String] {
+        &self.names.names
     }
 
     /// The chains of a parsed profile, symbolised.
@@ -285,9 +341,15 @@ impl Stacks {
         }
     }
 
-    /// Sum of the counts. Sums of counts saturate here and below: a parsed profile's total
+    /// Sum of the counts, those of samples the filters dropped included (percentages are of
+    /// this, as pprof's are). Sums of counts saturate here and below: a parsed profile's total
     /// fits in a u64, but DCPI files are summed across files.
     pub fn total(&self) -> u64 {
+        self.kept().saturating_add(self.removed)
+    }
+
+    /// Sum of the counts the filters kept.
+    pub fn kept(&self) -> u64 {
         self.chains.iter().fold(0u64, |total, &(_, c)| total.saturating_add(c))
     }
 
@@ -308,6 +370,8 @@ impl Stacks {
                 ids: HashMap::default(),
             },
             self.tally(),
+            self.removed,
+            self.filtered,
         )
     }
 
@@ -411,7 +475,7 @@ mod tests {
             assert_eq!(defect, None);
             let locator = Locator::default();
             let parsed = Stacks::symbolise(&Profile::parse(&bytes).unwrap(), &locator);
-            let streamed = Stacks::read(&bytes, &outline, &locator);
+            let streamed = Stacks::read(&bytes, &outline, &locator, &Filters::default());
             assert_eq!(streamed.folded(), parsed.folded(), "{format}");
             let sorted = |f: Functions| {
                 let mut counts = f.counts;
@@ -420,7 +484,7 @@ mod tests {
             };
             let expected = sorted(parsed.functions());
             assert_eq!(
-                sorted(Functions::read(&bytes, &outline, &locator)),
+                sorted(Functions::read(&bytes, &outline, &locator, &Filters::default())),
                 expected,
                 "{format}"
             );
@@ -432,6 +496,28 @@ mod tests {
             for name in ["0x8fff", "0x9000", "[app]"] {
                 assert!(names.contains(&name), "{format}: {names:?}");
             }
+            // Filtered as read, or after (parsed and DCPI profiles: diff, top of DCPI): the
+            // same chains and sums, over the same unfiltered total.
+            let re = |s: &str| Some(regex::Regex::new(s).unwrap());
+            let filters = Filters {
+                focus: re("^0x9000$|app"),
+                ignore: re("^0x7008$"),
+                hide: re(r"^\[app\]$"),
+                show: None,
+            };
+            let streamed = Stacks::read(&bytes, &outline, &locator, &filters);
+            let after = Stacks::symbolise(&Profile::parse(&bytes).unwrap(), &locator).filter(&filters);
+            assert_eq!(streamed.folded(), after.folded(), "{format}");
+            assert!(!streamed
+                .folded()
+                .iter()
+                .any(|l| l.contains("[app]") || l.contains("0x7008")));
+            assert!(streamed.kept() < streamed.total() && streamed.kept() > 0, "{format}");
+            assert_eq!(streamed.total(), outline.total);
+            let filtered = sorted(Functions::read(&bytes, &outline, &locator, &filters));
+            assert_eq!(filtered, sorted(after.functions()), "{format}");
+            assert_eq!(filtered, sorted(streamed.functions()), "{format}");
+            assert_eq!(filtered.1, outline.total);
         }
     }
 
