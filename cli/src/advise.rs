@@ -292,6 +292,42 @@ pub const FAMILIES: &[Family] = &[
         ],
     },
     Family {
+        name: "compression and checksums",
+        patterns: &[
+            Prefix("deflate"),
+            Prefix("inflate"),
+            Prefix("crc32"),
+            Prefix("adler32"),
+            Prefix("ZSTD_"),
+            Prefix("lzma_"),
+            Prefix("LZ4_"),
+            Prefix("BZ2_"),
+            Object("libz.so"),
+            Object("libzstd"),
+            Object("liblzma"),
+            Object("libbz2"),
+            Object("liblz4"),
+            Object("libbrotli"),
+            Object("libsnappy"),
+        ],
+    },
+    Family {
+        name: "cryptography",
+        patterns: &[
+            Prefix("EVP_"),
+            Prefix("SHA256"),
+            Prefix("SHA512"),
+            Prefix("AES_"),
+            Prefix("aesni_"),
+            Prefix("sha256_block"),
+            Prefix("sha512_block"),
+            Object("libcrypto"),
+            Object("libssl"),
+            Object("libgcrypt"),
+            Object("libnettle"),
+        ],
+    },
+    Family {
         name: "exception unwinding",
         patterns: &[
             Prefix("Unwind_"),
@@ -1070,6 +1106,25 @@ mod tests {
             families_of("_dl_relocate_object", "ld-linux-x86-64.so.2"),
             ["the dynamic loader"]
         );
+    }
+
+    #[test]
+    fn compression_and_cryptography_by_object_and_name() {
+        // A stripped zlib's static code is named by address: its object says what it is.
+        assert_eq!(
+            families_of("libz.so.1.2.13+0x4970", "libz.so.1.2.13"),
+            ["compression and checksums"]
+        );
+        assert_eq!(
+            families_of("ZSTD_compressBlock_lazy2", "zstd"),
+            ["compression and checksums"]
+        );
+        assert_eq!(
+            families_of("sha256_block_data_order_avx2", "libcrypto.so.3"),
+            ["cryptography"]
+        );
+        // The program's own object of a similar name is not claimed.
+        assert!(families_of("main", "libzx").is_empty());
     }
 
     #[test]
