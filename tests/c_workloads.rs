@@ -12,9 +12,9 @@ const FP_FLAGS: &[&str] = &["-O2", "-fno-omit-frame-pointer"];
 const KNOWN_ANSWER_ENV: &[(&str, &str)] = &[("CPUPROFILE_FREQUENCY", "250")];
 
 fn assert_all_readers_agree(binary: &std::path::Path, profile: &std::path::Path) {
-    assert_three_to_one("cpuprof top", &cpuprof_top(profile));
-    assert_three_to_one("google-pprof", &google_pprof(binary, profile));
-    assert_three_to_one("go tool pprof", &go_pprof(binary, profile));
+    assert_three_to_one("cpuprof top", &cpuprof_top(profile), profile);
+    assert_three_to_one("google-pprof", &google_pprof(binary, profile), profile);
+    assert_three_to_one("go tool pprof", &go_pprof(binary, profile), profile);
 }
 
 #[test]
@@ -58,7 +58,7 @@ fn c_api_known_answer() {
     let dir = scratch_dir("capi");
     let hot = compile_c(&dir, "hot.c", "hot_api", FP_FLAGS, true);
     let profile = dir.join("api.prof");
-    run_ok(&hot, &["4", "api", profile.to_str().unwrap()], KNOWN_ANSWER_ENV);
+    run_alone(&hot, &["4", "api", profile.to_str().unwrap()], KNOWN_ANSWER_ENV);
     assert_all_readers_agree(&hot, &profile);
 }
 

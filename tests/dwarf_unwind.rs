@@ -19,7 +19,7 @@ fn known_answer_without_frame_pointers() {
         ("cpuprof top", cpuprof_top(&profile)),
         ("go tool pprof", go_pprof(&hot, &profile)),
     ] {
-        assert_three_to_one(reader, &table);
+        assert_three_to_one(reader, &table, &profile);
         let on_hot = share(&table, "hot_a") + share(&table, "hot_b");
         let main = share(&table, "main");
         assert!(

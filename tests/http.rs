@@ -213,7 +213,7 @@ fn one_profile_at_a_time_and_never_over_the_programs_own() {
     // ~1000 stack observations (the default timer observes on the 250 Hz tick) for the answer.
     std::thread::sleep(Duration::from_secs(4));
     server.finish();
-    assert_three_to_one("CPUPROFILE with the endpoint", &cpuprof_top(&file));
+    assert_three_to_one("CPUPROFILE with the endpoint", &cpuprof_top(&file), &file);
 }
 
 #[test]

@@ -92,10 +92,10 @@ fn guard_known_answer() {
         (sampled - cpu).abs() <= 0.10 * cpu,
         "samples x period = {sampled:.2} s, CPU = {cpu:.2} s"
     );
-    assert_three_to_one("cpuprof top", &cpuprof_top(&path));
+    assert_three_to_one("cpuprof top", &cpuprof_top(&path), &path);
     let exe = std::env::current_exe().unwrap();
-    assert_three_to_one("google-pprof", &google_pprof(&exe, &path));
-    assert_three_to_one("go tool pprof", &go_pprof(&exe, &path));
+    assert_three_to_one("google-pprof", &google_pprof(&exe, &path), &path);
+    assert_three_to_one("go tool pprof", &go_pprof(&exe, &path), &path);
 }
 
 #[test]
