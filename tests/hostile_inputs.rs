@@ -624,8 +624,11 @@ fn crafted_small_profiles_cannot_make_the_cli_allocate_much() {
                 args[0],
                 run.peak_rss_kb
             );
+            // 100 MB: reading the named object once, with its separate debug file (libc's,
+            // from libc6-dbg, is ~45 MB of peak RSS), where these files used to take
+            // 1.4-12.7 GB.
             assert!(
-                run.peak_rss_kb < 50 * 1024,
+                run.peak_rss_kb < 100 * 1024,
                 "{name} ({} bytes) {args:?}: peak RSS {} kB",
                 bytes.len(),
                 run.peak_rss_kb
