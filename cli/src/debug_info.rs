@@ -16,7 +16,8 @@
 //! not its code (`.text` is NOBITS), so the caller keeps taking segments from the object and
 //! only symbols and DWARF from the file found here.
 
-use crate::symbolize::open_regular;
+use crate::symbolize::{open_regular, read_opened};
+use cpuprof::format::build_id::hex;
 use object::{Object, ObjectSection};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -91,7 +92,7 @@ impl DebugSearch {
             if Some(identity) == own_identity {
                 continue;
             }
-            let Some(data) = read_all(file, size) else { continue };
+            let Some(data) = read_opened(file, size) else { continue };
             let actual = crc32fast::hash(&data);
             if actual == crc {
                 return Some(DebugFile { path: candidate, data });
@@ -131,7 +132,7 @@ fn build_id_path(dir: &Path, id: &[u8]) -> PathBuf {
 /// The file at `path` if it is an ELF file with build-id `id`.
 fn by_build_id(path: &Path, id: &[u8]) -> Option<DebugFile> {
     let (file, size, _) = open_regular(path).ok()?;
-    let data = read_all(file, size)?;
+    let data = read_opened(file, size)?;
     let found = object::File::parse(&*data).ok()?.build_id().ok()??.to_vec();
     if found != id {
         eprintln!(
@@ -146,16 +147,6 @@ fn by_build_id(path: &Path, id: &[u8]) -> Option<DebugFile> {
         path: path.to_path_buf(),
         data,
     })
-}
-
-fn read_all(file: std::fs::File, size: u64) -> Option<Vec<u8>> {
-    let mut data = Vec::with_capacity(usize::try_from(size).ok()?);
-    file.take(size).read_to_end(&mut data).ok()?;
-    Some(data)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Whether `object` carries DWARF of its own (then no separate file is looked for, as gdb

@@ -49,9 +49,14 @@ pub fn open_regular(path: &Path) -> Result<(File, u64, (u64, u64)), String> {
 /// is not followed).
 fn read_regular(path: &Path) -> Option<(Vec<u8>, (u64, u64))> {
     let (file, size, identity) = open_regular(path).ok()?;
+    Some((read_opened(file, size)?, identity))
+}
+
+/// The first `size` bytes of `file` (from [`open_regular`]), all of it as it was when opened.
+pub fn read_opened(file: File, size: u64) -> Option<Vec<u8>> {
     let mut data = Vec::with_capacity(usize::try_from(size).ok()?);
     file.take(size).read_to_end(&mut data).ok()?;
-    Some((data, identity))
+    Some(data)
 }
 
 /// Where to look for the binaries a profile names.
