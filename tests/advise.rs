@@ -62,12 +62,17 @@ fn top(profile: &Path) -> (HashMap<String, f64>, HashMap<String, f64>) {
     (percentages(&table, 1), percentages(&table, 4))
 }
 
-/// The largest cum% in `top` of a function whose name contains `part`.
-fn cum_of(cum: &HashMap<String, f64>, part: &str) -> f64 {
-    cum.iter()
-        .filter(|(n, _)| n.contains(part))
+/// The share of samples inside calls to `symbol` as `top` shows it: the largest cum% of a function
+/// whose name contains it (the implementation, e.g. `__GI___libc_free`, under which its helpers
+/// sit) plus the samples that landed in its PLT stub (`free@plt`), a sibling leaf of the same call
+/// that the symboliser names separately.
+fn entered(cum: &HashMap<String, f64>, symbol: &str) -> f64 {
+    let implementation = cum
+        .iter()
+        .filter(|(n, _)| n.contains(symbol) && !n.ends_with("@plt"))
         .map(|(_, &p)| p)
-        .fold(0.0, f64::max)
+        .fold(0.0, f64::max);
+    implementation + cum.get(&format!("{symbol}@plt")).copied().unwrap_or(0.0)
 }
 
 /// The family hint's lines: its headline (ranked or one-line) and its evidence lines.
@@ -130,13 +135,15 @@ fn demo_names_formatting_sorting_and_the_hot_lines() {
     let (_, prof) = demo();
     let advice = cpuprof(&["advise", path(prof)]);
     let (flat, cum) = top(prof);
-    let within = |a: f64, b: f64| (a - b).abs() <= 0.051;
+    // Each percentage is rounded to 0.1: a share compared with one of them may be 0.05 off, with
+    // a sum of two (a function and its PLT stub) 0.1.
+    let within = |a: f64, b: f64| (a - b).abs() <= 0.101;
 
     // Everything formatting does in the demo is under snprintf, called by hash_strings.
     let formatting = family_hint(&advice, "formatting and parsing").unwrap_or_else(|| panic!("{advice}"));
     let share = family_share(&formatting, "formatting and parsing");
     assert!(share > 20.0, "{advice}");
-    assert!(within(share, cum_of(&cum, "snprintf")), "{advice}\n{cum:?}");
+    assert!(within(share, entered(&cum, "snprintf")), "{advice}\n{cum:?}");
     assert!(formatting[1].contains("called from hash_strings"), "{advice}");
     assert!(within(percent_after(formatting[1], "hash_strings"), share), "{advice}");
 
@@ -144,17 +151,17 @@ fn demo_names_formatting_sorting_and_the_hot_lines() {
     let sorting = family_hint(&advice, "sorting").unwrap_or_else(|| panic!("{advice}"));
     let share = family_share(&sorting, "sorting");
     assert!(share > 2.0, "{advice}");
-    assert!(within(share, cum_of(&cum, "qsort")), "{advice}\n{cum:?}");
+    assert!(within(share, entered(&cum, "qsort")), "{advice}\n{cum:?}");
     assert!(sorting[1].contains("called from sort_numbers"), "{advice}");
 
     // Allocation: the demo's only allocator time is freeing its 20 MB sieve (munmap, ~1 ms a
     // round), seen in some runs and not others; named whenever `top` sees it, with its share.
     // calloc and free are separate calls from count_primes: the family is their sum.
-    let allocation = cum_of(&cum, "libc_free") + cum_of(&cum, "calloc");
+    let allocation = entered(&cum, "free") + entered(&cum, "calloc");
     match family_hint(&advice, "allocation and freeing") {
         Some(hint) => {
             let share = family_share(&hint, "allocation and freeing");
-            assert!((share - allocation).abs() <= 0.11, "{advice}\n{cum:?}");
+            assert!((share - allocation).abs() <= 0.251, "{advice}\n{cum:?}");
             assert!(hint.join("\n").contains("count_primes"), "{advice}");
         }
         None => assert_eq!(allocation, 0.0, "{advice}\n{cum:?}"),
@@ -202,17 +209,17 @@ fn allocation_and_zeroing_are_named_with_their_caller() {
         let (_, cum) = top(&prof);
         // malloc and free are separate calls from churn: the family is their sum, no sample
         // counted twice.
-        let (malloc, free) = (cum_of(&cum, "libc_malloc"), cum_of(&cum, "libc_free"));
+        let (malloc, free) = (entered(&cum, "malloc"), entered(&cum, "free"));
         let hint = family_hint(&advice, "allocation and freeing").unwrap_or_else(|| panic!("{hz} Hz: {advice}"));
         let share = family_share(&hint, "allocation and freeing");
         assert!(share > 15.0, "{hz} Hz: {advice}");
-        assert!((share - (malloc + free)).abs() <= 0.11, "{hz} Hz: {advice}\n{cum:?}");
+        assert!((share - (malloc + free)).abs() <= 0.251, "{hz} Hz: {advice}\n{cum:?}");
         assert!(hint[1].contains("called from churn"), "{hz} Hz: {advice}");
         let hint = family_hint(&advice, "copying and zeroing").unwrap_or_else(|| panic!("{hz} Hz: {advice}"));
         let share = family_share(&hint, "copying and zeroing");
         assert!(share > 10.0, "{hz} Hz: {advice}");
         assert!(
-            (share - cum_of(&cum, "memset")).abs() <= 0.051,
+            (share - entered(&cum, "memset")).abs() <= 0.101,
             "{hz} Hz: {advice}\n{cum:?}"
         );
         assert!(hint[1].contains("called from churn"), "{hz} Hz: {advice}");

@@ -394,8 +394,10 @@ const SYSTEM_NAMES: &[&str] = &["std::", "core::", "alloc::", "<std::", "<core::
 
 /// The name as families match it: glibc's internal aliases and leading underscores stripped
 /// (`__GI___libc_free` -> `free`, `__memcpy_avx_unaligned_erms` -> `memcpy_avx_unaligned_erms`,
-/// `__read_nocancel` -> `read`).
+/// `__read_nocancel` -> `read`), and a PLT stub's `@plt` (`free@plt` -> `free`): a sample in the
+/// stub is part of the call into the function.
 fn normalise(name: &str) -> &str {
+    let name = name.strip_suffix("@plt").unwrap_or(name);
     let name = name.strip_prefix("__GI_").unwrap_or(name).trim_start_matches('_');
     let name = name.strip_prefix("libc_").unwrap_or(name);
     name.strip_suffix("_nocancel").unwrap_or(name)
@@ -1075,6 +1077,8 @@ mod tests {
     fn glibc_spellings_are_recognised() {
         assert_eq!(families_of("__GI___libc_free", "libc.so.6"), ["allocation and freeing"]);
         assert_eq!(families_of("_int_malloc", "libc.so.6"), ["allocation and freeing"]);
+        assert_eq!(families_of("free@plt", "families"), ["allocation and freeing"]);
+        assert_eq!(families_of("memset@plt", "families"), ["copying and zeroing"]);
         assert_eq!(
             families_of("__memcpy_avx_unaligned_erms", "libc.so.6"),
             ["copying and zeroing"]
