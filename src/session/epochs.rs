@@ -4,8 +4,11 @@
 //! multiples of the epoch length since the Unix epoch, so every process with the same length
 //! shares the epoch directories. (Epochs shorter than a second, for tests, would share a
 //! second: their names carry milliseconds, `YYYYMMDDTHHMMSS.mmmZ`.) Each file is a complete
-//! gperftools profile, written as `.<program>.<pid>.prof.tmp` in the same directory and renamed
-//! into place once whole, so readers skip it until then. The name is never reused within an
+//! gperftools profile, written as `.<program>.<pid>.<ns>.prof.tmp` in the same directory and
+//! renamed into place once whole, so readers skip it until then. (`<ns>`, the time it was
+//! opened, keeps the temporary file of an image that left by an exec cpuprof does not see,
+//! `execl` or a raw system call, from being truncated by the next image's: it stays, readable
+//! as a cut-short profile, until the budget removes its epoch.) The name is never reused within an
 //! epoch: a program that execs itself (same program, same pid, same epoch) writes
 //! `<program>~2.<pid>.prof`, and so on; the rename refuses to replace (`RENAME_NOREPLACE`).
 //!
@@ -108,16 +111,20 @@ impl Database {
     }
 
     /// Creates the epoch directory containing `now` (and the database, if missing) and the
-    /// epoch's temporary file, with its header.
-    pub fn open(&self, now: SystemTime) -> io::Result<Epoch> {
+    /// epoch's temporary file, with its header (written at once, so that even an epoch cut
+    /// short by SIGKILL before its first records is a readable profile). `mappings`: those of
+    /// the epoch before, whose build-ids need not be read again (reading them every epoch was
+    /// most of a roll-over's cost).
+    pub fn open(&self, now: SystemTime, mut mappings: SeenMappings) -> io::Result<Epoch> {
         let (start, ends) = epoch_bounds(now, self.options.length);
         make_directory(&self.dir)?;
         let directory = self.dir.join(epoch_name(start, self.options.length));
         make_directory(&directory)?;
-        let temporary = directory.join(format!(".{}.{}.prof.tmp", self.program, self.pid));
+        let opened = now.duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos();
+        let temporary = directory.join(format!(".{}.{}.{opened}.prof.tmp", self.program, self.pid));
         let file = ProfileFile::create(&temporary)?;
-        let writer = ProfileWriter::new(file, SlotFormat::NATIVE, self.period_us)?;
-        let mut mappings = SeenMappings::default();
+        let mut writer = ProfileWriter::new(file, SlotFormat::NATIVE, self.period_us)?;
+        writer.flush()?;
         let maps = read_self_maps();
         mappings.record(&maps);
         mappings.read_build_ids(&maps);
@@ -179,7 +186,7 @@ impl Database {
             if !too_old && !too_big {
                 break;
             }
-            remove_epoch(&path);
+            remove_epoch(&path, now, self.options.length);
             total -= bytes;
         }
     }
@@ -347,14 +354,25 @@ fn epoch_directories(db: &Path) -> Vec<(SystemTime, PathBuf, u64)> {
         .collect()
 }
 
-/// Removes an epoch's finished profiles, then the directory if that left it empty.
-fn remove_epoch(dir: &Path) {
+/// Removes an epoch's finished profiles, and temporary files left behind (not written for
+/// an epoch length and a minute: a live writer touches its file at every harvest, at most 30 s
+/// apart, and completes it when its epoch ends), then the directory if that left it empty.
+fn remove_epoch(dir: &Path, now: SystemTime, length: Duration) {
+    let abandoned = now.checked_sub(length + Duration::from_secs(60));
     if let Ok(entries) = std::fs::read_dir(dir) {
         for entry in entries.flatten() {
             let name = entry.file_name();
             let name = name.to_string_lossy();
-            let regular = entry.file_type().is_ok_and(|t| t.is_file());
-            if regular && name.ends_with(".prof") && !name.starts_with('.') {
+            // DirEntry::metadata does not follow symbolic links.
+            let Ok(meta) = entry.metadata() else { continue };
+            if !meta.is_file() {
+                continue;
+            }
+            let finished = name.ends_with(".prof") && !name.starts_with('.');
+            let left_behind = name.starts_with('.')
+                && name.ends_with(".prof.tmp")
+                && abandoned.is_some_and(|limit| meta.modified().is_ok_and(|m| m < limit));
+            if finished || left_behind {
                 let _ = std::fs::remove_file(entry.path());
             }
         }

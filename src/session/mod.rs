@@ -94,7 +94,7 @@ impl Session {
         let output = match &options.epochs {
             Some(epoch_options) => {
                 let db = epochs::Database::new(path, epoch_options.clone(), options.period_us());
-                let first = db.open(SystemTime::now()).map_err(open_error)?;
+                let first = db.open(SystemTime::now(), Default::default()).map_err(open_error)?;
                 db.apply_budget(SystemTime::now());
                 writer::Output::Epochs(writer::EpochOutput::new(db, first))
             }

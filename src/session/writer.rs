@@ -339,7 +339,12 @@ impl EpochOutput {
     }
 
     fn open(&mut self, now: SystemTime) -> Option<Epoch> {
-        match self.db.open(now) {
+        let mappings = self
+            .current
+            .as_ref()
+            .map(|e| e.out.mappings.clone())
+            .unwrap_or_default();
+        match self.db.open(now, mappings) {
             Ok(epoch) => {
                 self.open_failing = false;
                 Some(epoch)
@@ -566,7 +571,7 @@ mod tests {
     fn epoch_output(db: &std::path::Path, length: Duration, now: SystemTime) -> Output {
         let _ = std::fs::remove_dir_all(db);
         let database = Database::new(db, super::super::epochs::EpochOptions::new(length), 10_000);
-        let first = database.open(now).unwrap();
+        let first = database.open(now, Default::default()).unwrap();
         Output::Epochs(EpochOutput::new(database, first))
     }
 
