@@ -363,3 +363,48 @@ fn four_processes_with_forks_and_execs_share_one_database() {
         }
     }
 }
+
+/// The C API (`CpuprofStartDatabase`, then `ProfilerStop`) and the Rust builder write the
+/// same layout; the last epoch is completed at stop.
+#[test]
+fn c_and_rust_front_ends_write_epochs() {
+    let dir = scratch_dir("epochs_api");
+    let program = compile_c(&dir, "hot.c", "hot_api", FLAGS, true);
+    let db = dir.join("c");
+    let db_arg = db.to_str().unwrap();
+    let out = run_ok(&program, &["1", "db", db_arg, "0.2"], &[]);
+    assert_eq!(values(&out)["checksum"], "1");
+    let files = finished_files(&db);
+    assert!(files.len() >= 4, "{:?}", database(&db));
+    let mut total = 0;
+    for f in &files {
+        assert!(f.file_name().unwrap().to_string_lossy().starts_with("hot_api."));
+        total += read_profile(f).total_samples();
+    }
+    let expected = reported_cpu_seconds(&out) * 100.0;
+    assert!(
+        (total as f64 - expected).abs() <= 0.25 * expected,
+        "{total} samples for {expected}"
+    );
+
+    let db = dir.join("rust");
+    let guard = cpuprof::Profiler::builder()
+        .epochs(Duration::from_millis(100))
+        .database_budget(Some(10_000_000), None)
+        .report_on_stderr(false)
+        .start(&db)
+        .unwrap();
+    let end = std::time::Instant::now() + Duration::from_millis(600);
+    let mut x = 1u64;
+    while std::time::Instant::now() < end {
+        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+    }
+    let report = guard.stop().unwrap();
+    assert_eq!(report.path, db);
+    let files = finished_files(&db);
+    assert!(files.len() >= 4, "{:?}", database(&db));
+    for f in &files {
+        read_profile(f);
+    }
+    assert!(database(&db).values().flatten().all(|f| !f.starts_with('.')));
+}
