@@ -251,7 +251,12 @@ pub fn run(
         if ending && EXEC_PENDING.load(Ordering::SeqCst) {
             out.close_for_exec(&state);
         }
-        out.roll_if_due(&state, SystemTime::now(), EXEC_PENDING.load(Ordering::SeqCst));
+        if out.roll_if_due(&state, SystemTime::now(), EXEC_PENDING.load(Ordering::SeqCst)) {
+            // Each epoch's file gets its first harvested counts after a second, as a single
+            // profile does: an epoch cut short by SIGKILL holds recent samples.
+            harvest_interval = FIRST_HARVEST;
+            next_harvest = Instant::now() + harvest_interval;
+        }
         tick = next_tick(tick, drained, last_drain.elapsed(), state.table.ring_capacity_slots());
         last_drain = Instant::now();
         if flushing {
@@ -412,9 +417,10 @@ impl Output {
     /// At the end of an epoch: everything counted so far (the table's counts and the ring's
     /// records) goes to the ending epoch's file, which is completed and renamed; the next
     /// epoch's file takes what follows. Also opens a file after a failed exec or open.
-    fn roll_if_due(&mut self, state: &SamplerState, now: SystemTime, exec_pending: bool) {
+    /// Returns whether a new epoch file was opened.
+    fn roll_if_due(&mut self, state: &SamplerState, now: SystemTime, exec_pending: bool) -> bool {
         let Output::Epochs(e) = self else {
-            return;
+            return false;
         };
         let due = e.current.as_ref().is_some_and(|epoch| now >= epoch.ends);
         if due {
@@ -427,10 +433,13 @@ impl Output {
                 if let Some(ended) = e.current.replace(next) {
                     e.complete(ended, state);
                 }
+                return true;
             }
         } else if e.current.is_none() && !exec_pending {
             e.current = e.open(now);
+            return e.current.is_some();
         }
+        false
     }
 
     /// At stop or `_exit`: writes what is left and completes the file (in epoch mode, the
