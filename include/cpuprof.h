@@ -15,6 +15,15 @@ extern "C" {
  * setting CPUPROF_HTTP=address in the environment. */
 int CpuprofServeHttp(const char *address);
 
+/* Starts profiling in epoch mode (continuous profiling): every `epoch_seconds` (<= 0: the
+ * CPUPROFILE_EPOCH variable, else 600; fractions allowed) the samples of the epoch just ended
+ * become one complete gperftools profile, database/<epoch start UTC>/<program>.<pid>.prof,
+ * written under a temporary name and renamed into place. The budget comes from
+ * CPUPROFILE_DB_MAX_BYTES and CPUPROFILE_DB_MAX_AGE. Stop with ProfilerStop (which completes
+ * the last epoch). Returns 1 on success, 0 if already profiling or on error (on stderr).
+ * The same as setting CPUPROFILE_DB=database in the environment. */
+int CpuprofStartDatabase(const char *database, double epoch_seconds);
+
 #ifdef __cplusplus
 }
 #endif

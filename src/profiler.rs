@@ -8,9 +8,11 @@
 
 use crate::error::Error;
 use crate::sampler::{Clock, UnwinderChoice};
+use crate::session::epochs::{EpochOptions, DEFAULT_EPOCH_SECONDS};
 use crate::session::options::{clamp_depth, TimerChoice, MAX_TABLE_ENTRIES, MIN_TABLE_ENTRIES};
 use crate::session::{global, Options, Report};
 use std::path::Path;
+use std::time::Duration;
 
 /// Entry point of the Rust API.
 pub struct Profiler;
@@ -85,6 +87,32 @@ impl ProfilerBuilder {
     /// Whether to print gperftools' `PROFILE: ...` line on stderr at stop (default: yes).
     pub fn report_on_stderr(mut self, on: bool) -> Self {
         self.options.report_on_stderr = on;
+        self
+    }
+
+    /// Epoch mode: `start`'s path is a profile database directory, and every `length` the
+    /// samples of the epoch just ended become one complete profile in it,
+    /// `DIR/<epoch start, UTC>/<program>.<pid>.prof` (see `CPUPROFILE_DB` in the README).
+    /// Epochs shorter than 10 ms are taken as 10 ms.
+    pub fn epochs(mut self, length: Duration) -> Self {
+        let budget = self.options.epochs.take();
+        let mut epochs = EpochOptions::new(length);
+        if let Some(b) = budget {
+            (epochs.max_bytes, epochs.max_age) = (b.max_bytes, b.max_age);
+        }
+        self.options.epochs = Some(epochs);
+        self
+    }
+
+    /// Epoch mode's budget: the oldest complete epochs are removed while the database holds
+    /// more than `max_bytes`, or once they started longer than `max_age` ago (`None`: no
+    /// limit). Turns epoch mode on (with 600-s epochs) if `epochs` was not called.
+    pub fn database_budget(mut self, max_bytes: Option<u64>, max_age: Option<Duration>) -> Self {
+        let epochs = self
+            .options
+            .epochs
+            .get_or_insert_with(|| EpochOptions::new(Duration::from_secs_f64(DEFAULT_EPOCH_SECONDS)));
+        (epochs.max_bytes, epochs.max_age) = (max_bytes, max_age);
         self
     }
 

@@ -3,7 +3,7 @@
 //!
 //! Only the functions below are exported: the profiler.h API, each a thin adapter over
 //! `cpuprof`'s process-wide session (errors go to stderr: the C API cannot return them),
-//! `CpuprofServeHttp` (`include/cpuprof.h`), `pthread_create`, interposed so that every new
+//! `CpuprofServeHttp` and `CpuprofStartDatabase` (`include/cpuprof.h`), `pthread_create`, interposed so that every new
 //! thread gets its sampling timer as it starts, and `sigaction`, interposed so that our
 //! signals wait while the program's handlers run on its small alternate signal stacks
 //! (`cpuprof::sampler::signals`). `CPUPROF_HTTP` starts the endpoint at load.
@@ -16,13 +16,14 @@
 //! Rust cannot define, and rustc does not export a C shim's symbols from a cdylib.
 
 use cpuprof_core::sampler::{signals, thread_timers, StartChain, ThreadFilter, ROOT_FRAMES};
+use cpuprof_core::session::epochs::{EpochOptions, MIN_EPOCH};
 use cpuprof_core::session::{autostart, global, process_end, Options};
 use cpuprof_core::unwind::{self, Registers, StackReader, THREAD_STACKS};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::UNIX_EPOCH;
+use std::time::{Duration, UNIX_EPOCH};
 
 /// `struct ProfilerOptions` from profiler.h.
 #[repr(C)]
@@ -102,6 +103,23 @@ pub unsafe extern "C" fn CpuprofServeHttp(address: *const c_char) -> c_int {
             -1
         }
     }
+}
+
+/// Starts epoch mode into the database `dir` (`include/cpuprof.h`); returns 1 on success, 0 if
+/// already running or on error.
+///
+/// # Safety
+/// `dir` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn CpuprofStartDatabase(dir: *const c_char, epoch_seconds: f64) -> c_int {
+    let var = |k: &str| std::env::var(k).ok();
+    let mut o = Options::from_env(var);
+    let mut epochs = EpochOptions::from_env(var);
+    if epoch_seconds > 0.0 && epoch_seconds.is_finite() {
+        epochs.length = Duration::from_secs_f64(epoch_seconds.min(1e12)).max(MIN_EPOCH);
+    }
+    o.epochs = Some(epochs);
+    start(dir, o)
 }
 
 /// Starts profiling into `fname`; returns 1 on success, 0 if already running or on error.

@@ -2,6 +2,7 @@
 //! `CPUPROFILE`, `CPUPROFILE_USE_PID` and `CPUPROFILESIGNAL` (the timer options are read by
 //! [`Options::from_env`]).
 
+use super::epochs::EpochOptions;
 use super::{global, Options};
 use crate::sampler::signals;
 use crate::sys::fd::{identity, GuardedFd};
@@ -32,9 +33,26 @@ pub fn is_privileged() -> bool {
     }
 }
 
+/// The profile database of epoch mode, if `CPUPROFILE_DB` names one (never for setuid/setgid
+/// programs, as for `CPUPROFILE`).
+pub fn database_from_env(var: impl Fn(&str) -> Option<String>, privileged: bool) -> Option<PathBuf> {
+    let dir = var("CPUPROFILE_DB").filter(|p| !p.is_empty())?;
+    (!privileged).then(|| PathBuf::from(dir))
+}
+
 /// Called when the library is loaded: starts profiling, or arms the toggle signal.
+/// `CPUPROFILE_DB` (epoch mode) takes precedence over `CPUPROFILE`: every process of a
+/// program tree it is inherited by writes its own files into the database.
 pub fn start_from_environment() {
     let var = |k: &str| std::env::var(k).ok();
+    if let Some(db) = database_from_env(var, is_privileged()) {
+        let mut options = Options::from_env(var);
+        options.epochs = Some(EpochOptions::from_env(var));
+        if let Err(e) = global::start(&db, options) {
+            eprintln!("cpuprof: {e}; the program continues without profiling");
+        }
+        return;
+    }
     let Some(path) = profile_path_from_env(var, is_privileged()) else {
         return;
     };

@@ -20,7 +20,7 @@ use crate::format::{build_id, MapEntry, Maps};
 use crate::unwind::safe_read::copy_bytes;
 use std::collections::HashMap;
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct SeenMappings {
     lines: Vec<String>,
     /// Build-ids by executable mapping line (`None`: the object has none or was unreadable).

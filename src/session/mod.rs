@@ -4,6 +4,7 @@
 //! holds it for the front ends.
 
 pub mod autostart;
+pub mod epochs;
 pub mod global;
 mod mappings;
 pub mod options;
@@ -82,19 +83,34 @@ pub struct Session {
 }
 
 impl Session {
-    /// Creates the file, writes the header, and starts sampling.
+    /// Creates the file (in epoch mode, `path` is the database and this creates the first
+    /// epoch's), writes the header, and starts sampling.
     pub fn start(path: &Path, options: Options) -> Result<Session, Error> {
         let (source, signal) = timing::choose(&options)?;
-        // Not followed if a symbolic link, never blocking, regular files and /dev/null only.
-        let file = ProfileFile::create(path).map_err(|source| Error::Open {
+        let open_error = |source| Error::Open {
             path: path.to_path_buf(),
             source,
-        })?;
-        let writer =
-            ProfileWriter::new(file, SlotFormat::NATIVE, options.period_us()).map_err(|source| Error::Open {
-                path: path.to_path_buf(),
-                source,
-            })?;
+        };
+        let output = match &options.epochs {
+            Some(epoch_options) => {
+                let db = epochs::Database::new(path, epoch_options.clone(), options.period_us());
+                let first = db.open(SystemTime::now(), Default::default()).map_err(open_error)?;
+                db.apply_budget(SystemTime::now());
+                writer::Output::Epochs(writer::EpochOutput::new(db, first))
+            }
+            None => {
+                // Not followed if a symbolic link, never blocking, regular files and /dev/null.
+                let file = ProfileFile::create(path).map_err(open_error)?;
+                let writer = ProfileWriter::new(file, SlotFormat::NATIVE, options.period_us()).map_err(open_error)?;
+                let mut mappings = mappings::SeenMappings::default();
+                mappings.record(&read_self_maps());
+                writer::Output::File(OutputFile {
+                    writer,
+                    error: None,
+                    mappings,
+                })
+            }
+        };
         let state = Arc::new(SamplerState::new(
             options.table,
             options.filter,
@@ -107,13 +123,6 @@ impl Session {
         let control = Arc::new(WriterControl::default());
         let writer_thread = {
             let (state, control) = (state.clone(), control.clone());
-            let mut mappings = mappings::SeenMappings::default();
-            mappings.record(&read_self_maps());
-            let out = OutputFile {
-                writer,
-                error: None,
-                mappings,
-            };
             let exit_summary = options.report_on_stderr.then(|| path.to_path_buf());
             let (tid_tx, tid_rx) = std::sync::mpsc::channel();
             // Every signal blocked: the program's signals go to its own threads, and SIGXFSZ
@@ -122,7 +131,7 @@ impl Session {
             let builder = std::thread::Builder::new().name("cpuprof-writer".into());
             let thread = crate::sys::thread::spawn_signal_free(builder, move || {
                 let _ = tid_tx.send(sampler::thread_timers::gettid());
-                writer::run(state, out, control, signal, source, exit_summary)
+                writer::run(state, output, control, signal, source, exit_summary)
             })
             .map_err(Error::Spawn)?;
             (thread, tid_rx.recv().ok())

@@ -1,5 +1,6 @@
 //! Profiling options, and how the gperftools environment variables map onto them.
 
+use super::epochs::EpochOptions;
 use crate::sampler::{Clock, ThreadFilter, UnwinderChoice};
 use crate::table::TableConfig;
 use std::ffi::c_int;
@@ -42,6 +43,8 @@ pub struct Options {
     pub unwinder: UnwinderChoice,
     /// Print the `PROFILE: ...` summary line on stderr at stop.
     pub report_on_stderr: bool,
+    /// Epoch mode: the profile's path is a database directory (`session::epochs`).
+    pub epochs: Option<EpochOptions>,
 }
 
 impl Default for Options {
@@ -58,6 +61,7 @@ impl Default for Options {
             filter: None,
             unwinder: UnwinderChoice::Auto,
             report_on_stderr: true,
+            epochs: None,
         }
     }
 }

@@ -91,6 +91,7 @@ impl ExecPrepared {
     /// The exec failed: profiling goes on as before.
     pub fn exec_failed(self) {
         let errno = save_errno();
+        writer::exec_failed();
         if let Some(paused) = self.thread_timer {
             thread_timers::resume(paused, LOCK_WAIT);
         }

@@ -17,6 +17,7 @@
 //! a signal handler, so it cannot take the locks of [`WriterControl`]: it asks through the
 //! atomics below, wakes the writer with a futex, and waits on another, for a bounded time.
 
+use super::epochs::{Database, Epoch};
 use super::timing;
 use super::OutputFile;
 use crate::sampler::{self, SampleSource, SamplerState};
@@ -29,7 +30,7 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// Longest tick: a library loaded with dlopen is unwound through, and a thread nothing
 /// announced is armed, within this.
@@ -50,6 +51,9 @@ static ENDS_ASKED: AtomicU32 = AtomicU32::new(0);
 static ENDS_SERVED: AtomicU32 = AtomicU32::new(0);
 /// Set by `_exit`: the writer finishes the file (records, trailer, maps) and ends.
 static EXITING: AtomicBool = AtomicBool::new(false);
+/// Set by `exec` until it fails: in epoch mode the writer completes the epoch file and opens
+/// no other, so that an exec that succeeds leaves no temporary file behind.
+static EXEC_PENDING: AtomicBool = AtomicBool::new(false);
 
 fn wake_writer() {
     WAKE.fetch_add(1, Ordering::SeqCst);
@@ -78,6 +82,8 @@ pub fn request_end(exit: bool, limit: Duration) -> EndRequest {
     }
     if exit {
         EXITING.store(true, Ordering::SeqCst);
+    } else {
+        EXEC_PENDING.store(true, Ordering::SeqCst);
     }
     let mine = ENDS_ASKED.fetch_add(1, Ordering::SeqCst).wrapping_add(1);
     wake_writer();
@@ -93,6 +99,13 @@ pub fn request_end(exit: bool, limit: Duration) -> EndRequest {
         }
         futex::wait(&ENDS_SERVED, served, deadline - now);
     }
+}
+
+/// The exec that `request_end(false, ..)` prepared for failed: the writer carries on.
+/// Async-signal-safe.
+pub fn exec_failed() {
+    EXEC_PENDING.store(false, Ordering::SeqCst);
+    wake_writer();
 }
 
 /// Whether process `pid` has a writer thread running (false in a forked child).
@@ -154,7 +167,7 @@ pub struct Finished {
 /// otherwise).
 pub fn run(
     state: Arc<SamplerState>,
-    mut out: OutputFile,
+    mut out: Output,
     control: Arc<WriterControl>,
     profiling_signal: i32,
     source: SampleSource,
@@ -170,9 +183,7 @@ pub fn run(
     // The writer reads mapped ELF images for their build-ids, up to the end of the file,
     // after the session has let go of the /proc/self/mem descriptor: it holds its own use.
     let reads_memory = crate::unwind::safe_read::acquire().is_ok();
-    let maps = read_self_maps();
-    out.mappings.record(&maps);
-    out.mappings.read_build_ids(&maps);
+    out.record_mappings(&read_self_maps());
     let mut taken_over = false;
     let mut memory_descriptor_noted = false;
     let mut tick = MIN_TICK;
@@ -184,7 +195,7 @@ pub fn run(
             !s.stop && s.flush_done == s.flush_requested
         };
         if idle && ENDS_ASKED.load(Ordering::SeqCst) == ENDS_SERVED.load(Ordering::SeqCst) {
-            futex::wait(&WAKE, woken, tick);
+            futex::wait(&WAKE, woken, out.wait_at_most(tick, SystemTime::now()));
         }
         let (stop, flush) = {
             let s = control.state.lock();
@@ -193,8 +204,7 @@ pub fn run(
         let ends_asked = ENDS_ASKED.load(Ordering::SeqCst);
         let exiting = EXITING.load(Ordering::SeqCst);
         if stop || exiting {
-            out.write_pending(&state, true);
-            let finished = out.finish(&state);
+            let finished = out.complete(&state);
             if reads_memory {
                 crate::unwind::safe_read::release();
             }
@@ -227,9 +237,7 @@ pub fn run(
         let generation = loaded_objects_generation();
         if generation != objects_seen {
             objects_seen = generation;
-            let maps = read_self_maps();
-            out.mappings.record(&maps);
-            out.mappings.read_build_ids(&maps);
+            out.record_mappings(&read_self_maps());
             sampler::refresh_dwarf();
         }
         let due = Instant::now() >= next_harvest;
@@ -240,6 +248,15 @@ pub fn run(
         let flushing = flush > control.state.lock().flush_done;
         let ending = ends_asked != ENDS_SERVED.load(Ordering::SeqCst);
         let drained = out.write_pending(&state, due || flushing || ending);
+        if ending && EXEC_PENDING.load(Ordering::SeqCst) {
+            out.close_for_exec(&state);
+        }
+        if out.roll_if_due(&state, SystemTime::now(), EXEC_PENDING.load(Ordering::SeqCst)) {
+            // Each epoch's file gets its first harvested counts after a second, as a single
+            // profile does: an epoch cut short by SIGKILL holds recent samples.
+            harvest_interval = FIRST_HARVEST;
+            next_harvest = Instant::now() + harvest_interval;
+        }
         tick = next_tick(tick, drained, last_drain.elapsed(), state.table.ring_capacity_slots());
         last_drain = Instant::now();
         if flushing {
@@ -270,6 +287,184 @@ fn print_exit_summary(state: &SamplerState, finished: &Finished, path: PathBuf) 
     } + "\n";
     // SAFETY: writes a live buffer to stderr; a short write loses part of the line only.
     unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
+}
+
+/// Where samples go: one file, or a database of epoch files.
+pub enum Output {
+    File(OutputFile),
+    Epochs(EpochOutput),
+}
+
+/// Epoch mode's state: the database and the epoch being written (`None` while an `exec` is
+/// under way, or after opening the next epoch's file failed).
+pub struct EpochOutput {
+    db: Database,
+    current: Option<Epoch>,
+    /// Bytes of the epoch files completed, and the first error met (each is reported).
+    bytes: u64,
+    error: Option<io::Error>,
+    /// Whether the last attempt to open an epoch file failed (reported once per streak).
+    open_failing: bool,
+}
+
+impl EpochOutput {
+    pub fn new(db: Database, first: Epoch) -> EpochOutput {
+        EpochOutput {
+            db,
+            current: Some(first),
+            bytes: 0,
+            error: None,
+            open_failing: false,
+        }
+    }
+
+    /// Writes the trailer and maps of the current epoch file and renames it into place.
+    fn complete_current(&mut self, state: &SamplerState) {
+        let Some(epoch) = self.current.take() else {
+            return;
+        };
+        self.complete(epoch, state);
+    }
+
+    fn complete(&mut self, epoch: Epoch, state: &SamplerState) {
+        let (directory, temporary) = (epoch.directory().to_path_buf(), epoch.temporary().to_path_buf());
+        let finished = epoch.out.finish(state);
+        self.bytes += finished.bytes;
+        let published = finished.result.and_then(|()| self.db.publish(&directory, &temporary));
+        if let Err(e) = published {
+            let message = format!(
+                "cpuprof: the epoch file '{}' is incomplete or missing: {e}\n",
+                temporary.display()
+            );
+            // SAFETY: writes a live buffer to stderr (no lock: see print_exit_summary).
+            unsafe { libc::write(2, message.as_ptr().cast(), message.len()) };
+            self.error.get_or_insert(e);
+        }
+        self.db.apply_budget(SystemTime::now());
+    }
+
+    fn open(&mut self, now: SystemTime) -> Option<Epoch> {
+        let mappings = self
+            .current
+            .as_ref()
+            .map(|e| e.out.mappings.clone())
+            .unwrap_or_default();
+        match self.db.open(now, mappings) {
+            Ok(epoch) => {
+                self.open_failing = false;
+                Some(epoch)
+            }
+            Err(e) => {
+                if !self.open_failing {
+                    eprintln!(
+                        "cpuprof: cannot write an epoch file in '{}': {e}; samples stay in memory (and are counted as lost once it is full) until one can be written",
+                        self.db.dir().display()
+                    );
+                }
+                self.open_failing = true;
+                None
+            }
+        }
+    }
+}
+
+impl Output {
+    fn record_mappings(&mut self, maps: &[u8]) {
+        let out = match self {
+            Output::File(out) => out,
+            Output::Epochs(EpochOutput {
+                current: Some(epoch), ..
+            }) => &mut epoch.out,
+            Output::Epochs(_) => return,
+        };
+        out.mappings.record(maps);
+        out.mappings.read_build_ids(maps);
+    }
+
+    /// See [`OutputFile::write_pending`]; in epoch mode, into the current epoch's file (with
+    /// none open, nothing is taken from the table or the ring).
+    fn write_pending(&mut self, state: &SamplerState, harvest: bool) -> usize {
+        match self {
+            Output::File(out) => out.write_pending(state, harvest),
+            Output::Epochs(e) => e
+                .current
+                .as_mut()
+                .map_or(0, |epoch| epoch.out.write_pending(state, harvest)),
+        }
+    }
+
+    /// The writer's wait, cut short to wake at the end of the epoch.
+    fn wait_at_most(&self, tick: Duration, now: SystemTime) -> Duration {
+        match self {
+            Output::Epochs(EpochOutput {
+                current: Some(epoch), ..
+            }) => match epoch.ends.duration_since(now) {
+                // Past the end (the next file could not be opened): the usual tick, not a spin.
+                Ok(left) if !left.is_zero() => tick.min(left),
+                _ => tick,
+            },
+            _ => tick,
+        }
+    }
+
+    /// Before an exec: the epoch file is completed now (the new image cannot do it).
+    fn close_for_exec(&mut self, state: &SamplerState) {
+        if let Output::Epochs(e) = self {
+            e.complete_current(state);
+        }
+    }
+
+    /// At the end of an epoch: everything counted so far (the table's counts and the ring's
+    /// records) goes to the ending epoch's file, which is completed and renamed; the next
+    /// epoch's file takes what follows. Also opens a file after a failed exec or open.
+    /// Returns whether a new epoch file was opened.
+    fn roll_if_due(&mut self, state: &SamplerState, now: SystemTime, exec_pending: bool) -> bool {
+        let Output::Epochs(e) = self else {
+            return false;
+        };
+        let due = e.current.as_ref().is_some_and(|epoch| now >= epoch.ends);
+        if due {
+            if let Some(epoch) = e.current.as_mut() {
+                epoch.out.write_pending(state, true);
+            }
+            // Opened before the old one is completed: if it cannot be, the old epoch goes on
+            // taking samples rather than dropping them.
+            if let Some(next) = e.open(now) {
+                if let Some(ended) = e.current.replace(next) {
+                    e.complete(ended, state);
+                }
+                return true;
+            }
+        } else if e.current.is_none() && !exec_pending {
+            e.current = e.open(now);
+            return e.current.is_some();
+        }
+        false
+    }
+
+    /// At stop or `_exit`: writes what is left and completes the file (in epoch mode, the
+    /// current epoch's, the last).
+    fn complete(self, state: &SamplerState) -> Finished {
+        match self {
+            Output::File(mut out) => {
+                out.write_pending(state, true);
+                out.finish(state)
+            }
+            Output::Epochs(mut e) => {
+                if e.current.is_none() {
+                    e.current = e.open(SystemTime::now());
+                }
+                if let Some(epoch) = e.current.as_mut() {
+                    epoch.out.write_pending(state, true);
+                }
+                e.complete_current(state);
+                Finished {
+                    bytes: e.bytes,
+                    result: e.error.map_or(Ok(()), Err),
+                }
+            }
+        }
+    }
 }
 
 /// The wait before the next drain: the time a quarter of the ring's capacity takes to fill at
@@ -359,5 +554,119 @@ mod tests {
         let fast = next_tick(MAX_TICK, 4 << 20, second, ring);
         assert!(fast > MIN_TICK && fast < Duration::from_millis(20), "{fast:?}");
         assert_eq!(next_tick(MAX_TICK, 1 << 30, second, ring), MIN_TICK);
+    }
+
+    /// The epochs written under `db`, in order: (epoch directory name, samples by chain).
+    fn read_epochs(db: &std::path::Path) -> Vec<(String, std::collections::HashMap<Vec<u64>, u64>)> {
+        let mut dirs: Vec<_> = std::fs::read_dir(db).unwrap().map(|e| e.unwrap().path()).collect();
+        dirs.sort();
+        dirs.iter()
+            .map(|dir| {
+                let files: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+                assert_eq!(files.len(), 1, "{files:?}");
+                assert!(files[0]
+                    .to_string_lossy()
+                    .ends_with(&format!(".{}.prof", std::process::id())));
+                let profile = crate::format::Profile::parse(&std::fs::read(&files[0]).unwrap()).unwrap();
+                let mut chains = std::collections::HashMap::new();
+                for sample in profile.samples {
+                    *chains.entry(sample.pcs).or_insert(0) += sample.count;
+                }
+                (dir.file_name().unwrap().to_string_lossy().into_owned(), chains)
+            })
+            .collect()
+    }
+
+    fn epoch_output(db: &std::path::Path, length: Duration, now: SystemTime) -> Output {
+        let _ = std::fs::remove_dir_all(db);
+        let database = Database::new(db, super::super::epochs::EpochOptions::new(length), 10_000);
+        let first = database.open(now, Default::default()).unwrap();
+        Output::Epochs(EpochOutput::new(database, first))
+    }
+
+    fn small_state() -> SamplerState {
+        // 16 entries: most of the chains below are evicted through the ring.
+        let table = crate::table::TableConfig::default().with_entries(16);
+        SamplerState::new(
+            table,
+            None,
+            crate::sampler::UnwinderChoice::FramePointer,
+            SampleSource::ProcessTimer(crate::sampler::Clock::ProcessCpu),
+        )
+    }
+
+    #[test]
+    fn each_epoch_file_holds_exactly_the_samples_counted_in_it() {
+        let db = std::env::temp_dir().join(format!("cpuprof-epochs-exact-{}", std::process::id()));
+        let length = Duration::from_secs(1);
+        let start = super::super::epochs::epoch_bounds(SystemTime::now(), length).0;
+        let mut out = epoch_output(&db, length, start);
+        let state = small_state();
+        // Epoch e gets (e + 1) * 100 samples of chain [e, k % 40 + 1]: 40 chains an epoch, in a
+        // table of 16, so both the table's counts and evicted records cross each boundary.
+        for e in 0..5u64 {
+            for k in 0..(e + 1) * 100 {
+                state.table.record(&[0x1000 + e, 0x2000 + k % 40], 1);
+                // The writer's ticks: the ring (256 records of this size) never fills.
+                if k % 100 == 99 {
+                    out.write_pending(&state, false);
+                }
+            }
+            out.roll_if_due(&state, start + length * (e as u32 + 1), false);
+        }
+        let finished = out.complete(&state);
+        finished.result.unwrap();
+        let epochs = read_epochs(&db);
+        assert_eq!(epochs.len(), 6, "five rolled epochs and the last (empty) one");
+        assert!(state.table.stats.evictions.load(Ordering::Relaxed) > 0);
+        assert_eq!(state.table.stats.lost.load(Ordering::Relaxed), 0);
+        for (e, (_, chains)) in epochs.iter().enumerate().take(5) {
+            let e = e as u64;
+            let total: u64 = chains.values().sum();
+            assert_eq!(total, (e + 1) * 100, "epoch {e}");
+            assert!(
+                chains.keys().all(|pcs| pcs[0] == 0x1000 + e),
+                "epoch {e} holds another's samples"
+            );
+            assert_eq!(chains.len(), 40);
+        }
+        assert!(epochs[5].1.is_empty());
+        let _ = std::fs::remove_dir_all(&db);
+    }
+
+    #[test]
+    fn samples_counted_during_roll_overs_are_written_once() {
+        let db = std::env::temp_dir().join(format!("cpuprof-epochs-race-{}", std::process::id()));
+        let length = Duration::from_secs(1);
+        let start = super::super::epochs::epoch_bounds(SystemTime::now(), length).0;
+        let mut out = epoch_output(&db, length, start);
+        let state = Arc::new(small_state());
+        const PER_THREAD: u64 = 300_000;
+        let recorders: Vec<_> = (0..2u64)
+            .map(|t| {
+                let state = state.clone();
+                std::thread::spawn(move || {
+                    for k in 0..PER_THREAD {
+                        state.table.record(&[0x3000 + t, 0x4000 + k % 64], 1);
+                    }
+                })
+            })
+            .collect();
+        let mut rolls = 0;
+        while recorders.iter().any(|r| !r.is_finished()) || rolls < 3 {
+            rolls += 1;
+            out.write_pending(&state, rolls % 3 == 0);
+            out.roll_if_due(&state, start + length * rolls, false);
+        }
+        for r in recorders {
+            r.join().unwrap();
+        }
+        out.complete(&state).result.unwrap();
+        let written: u64 = read_epochs(&db).iter().flat_map(|(_, c)| c.values()).sum();
+        let lost = state.table.stats.lost.load(Ordering::Relaxed);
+        assert_eq!(written + lost, 2 * PER_THREAD, "lost {lost}");
+        assert_eq!(state.table.stats.samples.load(Ordering::Relaxed), 2 * PER_THREAD);
+        assert!(read_epochs(&db).len() >= 4);
+        let _ = std::fs::remove_dir_all(&db);
     }
 }

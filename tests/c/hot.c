@@ -4,6 +4,7 @@
  *   hot SECONDS api PATH             the same inside ProfilerStart(PATH)/ProfilerStop()
  *   hot SECONDS twice PATH1 PATH2    two profiles in one process, one after the other
  *   hot SECONDS unwritable PATH      ProfilerStart(PATH) must fail; the program carries on
+ *   hot SECONDS db DIR EPOCH         the same inside CpuprofStartDatabase(DIR, EPOCH)/ProfilerStop()
  *   hot SECONDS sleep SLEEP          then sleep SLEEP seconds (resuming after EINTR)
  *   hot 0 stdin                      work until standard input reaches end of file
  *
@@ -17,6 +18,7 @@
 #include <unistd.h>
 #ifdef USE_API
 #include <gperftools/profiler.h>
+#include <cpuprof.h>
 #endif
 
 static volatile unsigned long sink;
@@ -85,6 +87,10 @@ int main(int argc, char **argv) {
       work(seconds / 2);
       ProfilerStop();
     }
+  } else if (!strcmp(mode, "db") && argc > 4) {
+    if (!CpuprofStartDatabase(argv[3], atof(argv[4]))) return 3;
+    work(seconds);
+    ProfilerStop();
   } else if (!strcmp(mode, "unwritable") && argc > 3) {
     if (ProfilerStart(argv[3])) return 4;
     work(seconds);
