@@ -27,6 +27,9 @@ use std::fmt::Write as _;
 /// Epochs before one that are needed to judge it: two make a spread, a third makes it less wild.
 pub const MIN_PAST: usize = 3;
 
+/// A share (percent) at or above which, in every epoch, a function is a root of every stack.
+const ROOT_SHARE: f64 = 100.0;
+
 /// One epoch as read.
 pub struct Epoch {
     pub name: String,
@@ -56,6 +59,8 @@ pub struct History {
     pub flags: Vec<Flag>,
     pub judged: usize,
     pub per_epoch_alpha: f64,
+    /// Functions left out of the columns for being in every sample of every epoch.
+    pub roots: usize,
 }
 
 /// Judges every epoch with at least [`MIN_PAST`] before it against the last `window` of those.
@@ -99,14 +104,18 @@ pub fn history(epochs: &[Epoch], opts: Options, window: usize, count: usize, tic
                 .collect()
         })
         .collect();
-    // The functions with the largest mean share, then any flagged one not among them.
+    // The functions with the largest mean share, then any flagged one not among them. Those
+    // in every sample of every epoch (cumulatively: _start, main, ...) would fill the columns
+    // with 100 % and can never change: they are counted, not shown.
     let mut mean: BTreeMap<&str, f64> = BTreeMap::new();
     for s in &shares {
         for (name, v) in s {
             *mean.entry(name).or_default() += v;
         }
     }
-    let mut ranked: Vec<(&str, f64)> = mean.into_iter().collect();
+    let everywhere = |name: &str| shares.iter().all(|s| s.get(name).is_some_and(|v| *v >= ROOT_SHARE));
+    let roots = mean.keys().filter(|n| everywhere(n)).count();
+    let mut ranked: Vec<(&str, f64)> = mean.into_iter().filter(|(n, _)| !everywhere(n)).collect();
     ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
     let mut names: Vec<String> = ranked.iter().take(count).map(|(n, _)| n.to_string()).collect();
     for f in &flags {
@@ -130,6 +139,7 @@ pub fn history(epochs: &[Epoch], opts: Options, window: usize, count: usize, tic
         flags,
         judged,
         per_epoch_alpha: per_epoch.alpha,
+        roots,
     }
 }
 
@@ -162,6 +172,13 @@ impl History {
         out.push('\n');
         for (i, (function, _)) in self.columns.iter().enumerate() {
             let _ = writeln!(out, "F{:<3} {function}", i + 1);
+        }
+        if self.roots > 0 {
+            let _ = writeln!(
+                out,
+                "({} functions in every sample of every epoch not shown)",
+                self.roots
+            );
         }
         let _ = writeln!(
             out,

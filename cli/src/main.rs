@@ -379,6 +379,7 @@ the program was). --alpha bounds the chance that anything in the whole table is 
 nothing changed: it is divided among the epochs judged (Bonferroni), Holm's correction applies
 within each. Exit status 3 when something is flagged.")]
     History {
+        /// The profile database (see `cpuprof db`).
         #[arg(long, value_name = "DIR")]
         db: PathBuf,
         #[command(flatten)]
