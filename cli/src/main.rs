@@ -2,11 +2,13 @@
 
 mod advise;
 mod cut_short;
+mod db;
 mod dcpi;
 mod debug_info;
 mod diff;
 mod filters;
 mod function_ranges;
+mod history;
 mod list;
 mod merge;
 mod peek;
@@ -28,7 +30,8 @@ use symbolize::Locator;
 
 const EXIT_STATUS: &str = "\
 Exit status: 0 success; 1 an input is not a valid profile, or a file cannot be read or written;
-2 usage error; 3 `diff` found significant changes (with --fail-on: a condition was met). `record` exits with the recorded program's
+2 usage error; 3 `diff` found significant changes (with --fail-on: a condition was met), or
+`history` flagged an epoch. `record` exits with the recorded program's
 status (128 + N if signal N killed it).";
 
 #[derive(Parser)]
@@ -68,6 +71,17 @@ impl From<Symbols> for Locator {
             debug_dirs: s.debug_dirs,
         }
     }
+}
+
+/// A profile database read instead of FILE.
+#[derive(Args, Clone, Default)]
+struct DbSource {
+    /// A profile database (DIR/<epoch>/<program>.<pid>.prof; see `cpuprof db`), read instead
+    /// of FILE: the selected epochs' profiles of one program summed as `merge` sums them.
+    #[arg(long, value_name = "DIR", conflicts_with = "file")]
+    db: Option<PathBuf>,
+    #[command(flatten)]
+    selection: db::Selection,
 }
 
 /// How `diff` reads and judges profiles.
@@ -177,7 +191,10 @@ enum Command {
     /// Flat and cumulative samples per function, like `pprof -top` (raw or DCPI profiles).
     Top {
         /// A raw profile, a DCPI profile, or a directory of DCPI profiles.
-        file: PathBuf,
+        #[arg(required_unless_present = "db")]
+        file: Option<PathBuf>,
+        #[command(flatten)]
+        db: DbSource,
         /// Sort by cumulative instead of flat samples.
         #[arg(long)]
         cum: bool,
@@ -224,9 +241,13 @@ run-to-run spread, and times are marked too. Exit status 3 when something is sig
         base: Option<PathBuf>,
         /// The profile to judge.
         new: Option<PathBuf>,
-        /// Directory of earlier profiles of the same program (at least two).
+        /// Directory of earlier profiles of the same program (at least two), or a profile
+        /// database whose epochs (of --program, or of NEW's `<program>.<pid>.prof`) are the runs.
         #[arg(long, value_name = "DIR")]
         history: Option<PathBuf>,
+        /// With --history DB: the epochs taken as the history.
+        #[command(flatten)]
+        selection: db::Selection,
         #[command(flatten)]
         criteria: DiffCriteria,
         #[command(flatten)]
@@ -282,7 +303,10 @@ hint. Hints below --min-share get one line each. --format json lists every hint 
     },
     /// Folded stacks (`main;f;g 12` per line), for flame graph and other tools.
     Collapse {
-        file: PathBuf,
+        #[arg(required_unless_present = "db")]
+        file: Option<PathBuf>,
+        #[command(flatten)]
+        db: DbSource,
         /// Output file (default: standard output).
         #[arg(short = 'o', long)]
         output: Option<PathBuf>,
@@ -293,7 +317,10 @@ hint. Hints below --min-share get one line each. --format json lists every hint 
     },
     /// Draw an SVG flame graph.
     Flamegraph {
-        file: PathBuf,
+        #[arg(required_unless_present = "db")]
+        file: Option<PathBuf>,
+        #[command(flatten)]
+        db: DbSource,
         #[arg(short = 'o', long, default_value = "flamegraph.svg")]
         output: PathBuf,
         #[command(flatten)]
@@ -304,9 +331,13 @@ hint. Hints below --min-share get one line each. --format json lists every hint 
     /// Convert to pprof protobuf or to DCPI profiles.
     #[command(after_help = "\
 With filters, the output holds only the samples they keep (readers then take these as the
-total), hidden frames taken out of their stacks.")]
+total), hidden frames taken out of their stacks. With --db and --to dcpi, each selected epoch
+becomes a directory of OUTPUT named after it, as in DCPI's own database.")]
     Convert {
-        file: PathBuf,
+        #[arg(required_unless_present = "db")]
+        file: Option<PathBuf>,
+        #[command(flatten)]
+        db: DbSource,
         #[arg(long = "to", value_enum)]
         target: Target,
         /// Output file (pprof) or directory (dcpi).
@@ -324,6 +355,58 @@ total), hidden frames taken out of their stacks.")]
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// For profiles cut short without maps: the program's executable.
+        #[command(flatten)]
+        symbols: Symbols,
+    },
+    /// List a profile database: its programs (epochs, processes, samples, first and last epoch)
+    /// and its epochs. Files that cannot be read are reported and counted, never fatal.
+    #[command(after_help = "\
+Layout: DIR/<epoch start, UTC, YYYYMMDDTHHMMSSZ>/<program>.<pid>.prof, each file a complete
+profile of one process over one epoch. Names not ending in .prof, or starting with '.', are a
+writer's unfinished files and are skipped. top, collapse, flamegraph and convert read a
+database with --db DIR; diff reads one as --history; history draws one program's epochs.")]
+    Db {
+        dir: PathBuf,
+        #[command(flatten)]
+        symbols: Symbols,
+    },
+    /// One program's epochs in a profile database: samples and top functions' shares per epoch,
+    /// as a table and an SVG line chart, flagging where a function left its usual range.
+    #[command(after_help = "\
+Each epoch after the first 3 is judged as `diff --history` judges a profile, against the
+--window epochs before it; only changes of share are flagged (an epoch's CPU time is how busy
+the program was). --alpha bounds the chance that anything in the whole table is flagged when
+nothing changed: it is divided among the epochs judged (Bonferroni), Holm's correction applies
+within each. Exit status 3 when something is flagged.")]
+    History {
+        /// The profile database (see `cpuprof db`).
+        #[arg(long, value_name = "DIR")]
+        db: PathBuf,
+        #[command(flatten)]
+        selection: db::Selection,
+        /// Functions shown (those with the largest mean share; flagged ones are added).
+        #[arg(short = 'n', long, default_value_t = 8)]
+        count: usize,
+        /// Epochs before each one that make its usual range.
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(3..))]
+        window: u64,
+        /// Flat (self) shares instead of cumulative ones.
+        #[arg(long)]
+        flat: bool,
+        /// The chance, when nothing changed, that anything in the history is flagged.
+        #[arg(long, default_value_t = 0.001, value_parser = probability)]
+        alpha: f64,
+        /// Coverage of the intervals shown.
+        #[arg(long, default_value_t = 0.95, value_parser = probability)]
+        confidence: f64,
+        /// The kernel tick (us) of the machine that recorded the profiles (see `diff`).
+        #[arg(long, value_name = "US")]
+        tick_us: Option<u64>,
+        /// The SVG line chart.
+        #[arg(short = 'o', long, default_value = "history.svg")]
+        output: PathBuf,
+        #[command(flatten)]
+        filters: Filters,
         #[command(flatten)]
         symbols: Symbols,
     },
@@ -363,12 +446,21 @@ fn run(command: Command) -> Result<u8, String> {
         }
         Command::Top {
             file,
+            db,
             cum,
             count,
             filters,
             symbols,
         } => {
-            let functions = read_functions(&file, &symbols.into(), &filters)?;
+            let locator: Locator = symbols.into();
+            let functions = match &db.db {
+                Some(dir) => {
+                    let (name, bytes) = db::merged_selection(dir, &db.selection, &locator)?;
+                    let outline = cut_short::outline(&name, &bytes, &locator)?;
+                    Functions::read(&bytes, &outline, &locator, &filters)
+                }
+                None => read_functions(&given(file)?, &locator, &filters)?,
+            };
             print!("{}", report::top(&functions, cum, count));
             Ok(0)
         }
@@ -386,6 +478,7 @@ fn run(command: Command) -> Result<u8, String> {
             base,
             new,
             history,
+            selection,
             criteria,
             filters,
             symbols,
@@ -414,7 +507,21 @@ fn run(command: Command) -> Result<u8, String> {
                 Some(dir) => {
                     // With --history the single positional argument is NEW.
                     let new = new.or(base).ok_or("diff --history needs the NEW profile")?;
-                    let past = read_history(&dir, &|path: &Path| summary(path, 1.0))?;
+                    let past = if db::Database::is_database(&dir) {
+                        db_history(&dir, &selection, &new, &locator, &|profile: &Profile| {
+                            let stacks = Stacks::symbolise(profile, &locator).filter(&filters);
+                            diff::Summary::new(
+                                &stacks,
+                                profile.records,
+                                profile.maps.signal_weights,
+                                1.0,
+                                opts.cumulative,
+                                tick_us,
+                            )
+                        })?
+                    } else {
+                        read_history(&dir, &|path: &Path| summary(path, 1.0))?
+                    };
                     let latest = summary(&new, 1.0)?;
                     let header = format!(
                         "{} ({}) against {} profiles in {} (tick {tick_us} us)",
@@ -511,12 +618,21 @@ fn run(command: Command) -> Result<u8, String> {
         }
         Command::Collapse {
             file,
+            db,
             output,
             filters,
             symbols,
         } => {
             let locator: Locator = symbols.into();
-            let stacks = raw_stacks(&file, &read_bytes(&file)?, &locator, &filters)?;
+            let (file, bytes) = match &db.db {
+                Some(dir) => db::merged_selection(dir, &db.selection, &locator)?,
+                None => {
+                    let file = given(file)?;
+                    let bytes = read_bytes(&file)?;
+                    (file, bytes)
+                }
+            };
+            let stacks = raw_stacks(&file, &bytes, &locator, &filters)?;
             let mut text = stacks.folded().join("\n");
             text.push('\n');
             match output {
@@ -529,24 +645,44 @@ fn run(command: Command) -> Result<u8, String> {
         }
         Command::Flamegraph {
             file,
+            db,
             output,
             filters,
             symbols,
         } => {
-            let stacks = read_stacks(&file, &symbols.into(), &filters)?;
+            let locator: Locator = symbols.into();
+            let stacks = match &db.db {
+                Some(dir) => {
+                    let (name, bytes) = db::merged_selection(dir, &db.selection, &locator)?;
+                    raw_stacks(&name, &bytes, &locator, &filters)?
+                }
+                None => read_stacks(&given(file)?, &locator, &filters)?,
+            };
             report::flamegraph(&stacks, &output)?;
             eprintln!("wrote {}", output.display());
             Ok(0)
         }
         Command::Convert {
             file,
+            db,
             target,
             output,
             filters,
             symbols,
         } => {
             let locator: Locator = symbols.into();
-            let mut profile = read_profile(&file, &locator)?;
+            if let (Some(dir), Target::Dcpi) = (&db.db, target) {
+                return db_to_dcpi(dir, &db.selection, &locator, &filters, &output);
+            }
+            let (file, bytes) = match &db.db {
+                Some(dir) => db::merged_selection(dir, &db.selection, &locator)?,
+                None => {
+                    let file = given(file)?;
+                    let bytes = read_bytes(&file)?;
+                    (file, bytes)
+                }
+            };
+            let mut profile = cut_short::read(&file, &bytes, &locator)?;
             if filters.active() {
                 profile = filters::profile(&profile, &locator, &filters);
             }
@@ -580,6 +716,56 @@ fn run(command: Command) -> Result<u8, String> {
                 profiles.len()
             );
             Ok(0)
+        }
+        Command::Db { dir, symbols } => {
+            print!("{}", db::listing(&dir, &symbols.into())?);
+            Ok(0)
+        }
+        Command::History {
+            db,
+            selection,
+            count,
+            window,
+            flat,
+            alpha,
+            confidence,
+            tick_us,
+            output,
+            filters,
+            symbols,
+        } => {
+            let locator: Locator = symbols.into();
+            let database = db::Database::open(&db)?;
+            let (program, selected) = database.select(&selection)?;
+            let mut epochs = Vec::new();
+            for (name, entries) in &selected {
+                let Some(bytes) = db::merged(entries, &locator)? else {
+                    eprintln!("cpuprof: epoch {name}: no readable profile of {program}; left out");
+                    continue;
+                };
+                let profile = Profile::parse(&bytes).map_err(|e| format!("{name}: merged profile: {e}"))?;
+                epochs.push(history::Epoch {
+                    name: name.clone(),
+                    processes: entries.len(),
+                    stacks: Stacks::symbolise(&profile, &locator).filter(&filters),
+                    records: profile.records,
+                    weights: profile.maps.signal_weights,
+                });
+            }
+            let opts = diff::Options {
+                cumulative: !flat,
+                alpha,
+                confidence,
+                rows: count,
+            };
+            let tick_us = tick_us.unwrap_or_else(local_tick_us);
+            let window = usize::try_from(window).unwrap_or(usize::MAX);
+            let result = history::history(&epochs, opts, window, count, tick_us);
+            println!("{program} in {} (tick {tick_us} us)", db.display());
+            print!("{}", result.table(opts, window));
+            std::fs::write(&output, result.svg()).map_err(|e| format!("cannot write {}: {e}", output.display()))?;
+            eprintln!("wrote {}", output.display());
+            Ok(if result.flags.is_empty() { 0 } else { 3 })
         }
         Command::Dump { file } => {
             let bytes = read_bytes(&file)?;
@@ -617,6 +803,79 @@ fn run(command: Command) -> Result<u8, String> {
             Ok(0)
         }
     }
+}
+
+/// FILE, which clap requires when --db is absent.
+fn given(file: Option<PathBuf>) -> Result<PathBuf, String> {
+    file.ok_or_else(|| "a FILE or --db DIR is needed".to_string())
+}
+
+/// The epochs of a database as a history for `diff --history`: each epoch (its processes
+/// summed) one run. The program is --program, else NEW's `<program>` if the database has it,
+/// else the database's only program.
+fn db_history(
+    dir: &Path,
+    selection: &db::Selection,
+    new: &Path,
+    locator: &Locator,
+    summarise: &dyn Fn(&Profile) -> diff::Summary,
+) -> Result<Vec<diff::Summary>, String> {
+    let database = db::Database::open(dir)?;
+    let mut selection = selection.clone();
+    if selection.program.is_none() {
+        let name = new.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let stem = name.strip_suffix(".prof").unwrap_or(name);
+        let program = stem.rsplit_once('.').map_or(stem, |(p, _)| p);
+        if database.programs().contains(program) {
+            selection.program = Some(program.to_string());
+        }
+    }
+    let (program, epochs) = database.select(&selection)?;
+    let mut past = Vec::new();
+    for (name, entries) in &epochs {
+        match db::merged(entries, locator)? {
+            Some(bytes) => {
+                let profile = Profile::parse(&bytes).map_err(|e| format!("{name}: merged profile: {e}"))?;
+                past.push(summarise(&profile));
+            }
+            None => eprintln!("cpuprof: epoch {name}: no readable profile of {program}; left out"),
+        }
+    }
+    if past.len() < 2 {
+        return Err(format!(
+            "{}: a history needs at least two epochs of {program}, found {}",
+            dir.display(),
+            past.len()
+        ));
+    }
+    Ok(past)
+}
+
+/// DCPI's layout: one directory per epoch, named after it, one v0.07 profile per image.
+fn db_to_dcpi(
+    dir: &Path,
+    selection: &db::Selection,
+    locator: &Locator,
+    filters: &Filters,
+    output: &Path,
+) -> Result<u8, String> {
+    let database = db::Database::open(dir)?;
+    let (program, epochs) = database.select(selection)?;
+    for (name, entries) in &epochs {
+        let Some(bytes) = db::merged(entries, locator)? else {
+            eprintln!("cpuprof: epoch {name}: no readable profile of {program}; left out");
+            continue;
+        };
+        let mut profile = Profile::parse(&bytes).map_err(|e| format!("{name}: merged profile: {e}"))?;
+        if filters.active() {
+            profile = filters::profile(&profile, locator, filters);
+        }
+        let start = db::epoch_start(name).unwrap_or(std::time::UNIX_EPOCH);
+        for path in dcpi::export(&profile, locator, &output.join(name), start)? {
+            eprintln!("wrote {}", path.display());
+        }
+    }
+    Ok(0)
 }
 
 fn read_bytes(file: &Path) -> Result<Vec<u8>, String> {
