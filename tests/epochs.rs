@@ -137,8 +137,12 @@ fn epochs_of_a_known_workload_are_complete_profiles_summing_to_a_single_run() {
     let out = cpuprof(&args);
     assert!(out.status.success(), "{out:?}");
     assert_eq!(read_profile(&merged).total_samples(), total);
-    assert_three_to_one("cpuprof top of the merged epochs", &cpuprof_top(&merged));
-    assert_three_to_one("google-pprof of the merged epochs", &google_pprof(&program, &merged));
+    assert_three_to_one("cpuprof top of the merged epochs", &cpuprof_top(&merged), &merged);
+    assert_three_to_one(
+        "google-pprof of the merged epochs",
+        &google_pprof(&program, &merged),
+        &merged,
+    );
 }
 
 /// SIGKILL at a random moment: every finished epoch passes `check`; the epoch being written

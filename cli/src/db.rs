@@ -1,7 +1,9 @@
 //! Reading a profile database: `DB/<epoch start, UTC, YYYYMMDDTHHMMSSZ>/<program>.<pid>.prof`,
 //! each file a complete profile of one process over one epoch (written under a temporary name
 //! and renamed, so names not ending in `.prof`, or starting with `.`, are a writer's unfinished
-//! files and are skipped without a word).
+//! files and are skipped without a word). The names are those of [`cpuprof::format::database`]:
+//! epochs may carry milliseconds (`YYYYMMDDTHHMMSS.mmmZ`), and a program that execs itself
+//! within an epoch writes `<program>~N.<pid>.prof` after its first image, summed with it.
 //!
 //! A database is read by people looking at history, so one bad file never stops a reading: a
 //! file that is not a profile, or whose name is not `<program>.<pid>.prof`, is reported on
@@ -10,10 +12,12 @@
 //! through each process's maps), and so are epochs when a range is read as one profile.
 
 use crate::symbolize::Locator;
+use cpuprof::format::database::{parse_epoch_name, parse_file_name, FileKind};
 use cpuprof::format::Profile;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 /// Which epochs of which program to read.
 #[derive(clap::Args, Clone, Default)]
@@ -24,11 +28,11 @@ pub struct Selection {
     /// Only epochs starting at or after TIME (UTC: YYYYMMDDTHHMMSSZ or 2026-11-23T08:00:00Z;
     /// trailing fields may be left out, as in 20261123T08).
     #[arg(long, value_name = "TIME", value_parser = time_bound)]
-    pub from: Option<String>,
+    pub from: Option<SystemTime>,
     /// Only epochs starting before TIME (same forms as --from). Not `--to`, which `convert`
     /// already has for the output format.
     #[arg(long = "until", value_name = "TIME", value_parser = time_bound)]
-    pub to: Option<String>,
+    pub to: Option<SystemTime>,
     /// Only these epochs (directory names, comma-separated or repeated).
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     pub epochs: Vec<String>,
@@ -37,58 +41,48 @@ pub struct Selection {
 /// The epoch-name template a partial time is completed from.
 const TEMPLATE: &str = "00000101T000000Z";
 
-/// A --from/--to bound as a full epoch name: separators dropped, missing fields zero.
-fn time_bound(text: &str) -> Result<String, String> {
+/// A --from/--until bound: an epoch name, separators allowed, trailing fields left out as zero,
+/// milliseconds allowed (`20261123T080000.250Z`).
+fn time_bound(text: &str) -> Result<SystemTime, String> {
     let compact: String = text.chars().filter(|c| !matches!(c, '-' | ':')).collect();
-    let compact = compact.strip_suffix('Z').unwrap_or(&compact).to_string();
-    let full = format!("{compact}{}", &TEMPLATE[compact.len().min(TEMPLATE.len())..]);
-    if compact.len() >= 4 && is_epoch_name(&full) {
-        Ok(full)
-    } else {
-        Err(format!(
+    let compact = compact.strip_suffix('Z').unwrap_or(&compact);
+    let (whole, millis) = compact.split_once('.').unwrap_or((compact, ""));
+    let full = format!(
+        "{whole}{}",
+        &TEMPLATE[whole.len().min(TEMPLATE.len() - 1)..TEMPLATE.len() - 1]
+    );
+    let name = match millis {
+        "" => format!("{full}Z"),
+        m => format!("{full}.{m}Z"),
+    };
+    match parse_epoch_name(&name) {
+        Some(t) if whole.len() >= 4 && whole.len() <= 15 => Ok(t),
+        _ => Err(format!(
             "`{text}`: expected a UTC time as YYYYMMDDTHHMMSSZ (trailing fields may be left out)"
-        ))
+        )),
     }
 }
 
-/// `YYYYMMDDTHHMMSSZ`.
+/// Whether `name` is an epoch directory's name.
 pub fn is_epoch_name(name: &str) -> bool {
-    let b = name.as_bytes();
-    b.len() == 16
-        && b.iter().enumerate().all(|(i, c)| match i {
-            8 => *c == b'T',
-            15 => *c == b'Z',
-            _ => c.is_ascii_digit(),
-        })
-}
-
-/// The epoch's start as a time (for DCPI's epoch stamps).
-pub fn epoch_start(name: &str) -> Option<std::time::SystemTime> {
-    if !is_epoch_name(name) {
-        return None;
-    }
-    let n = |r: std::ops::Range<usize>| name[r].parse::<i64>().ok();
-    let (y, m, d) = (n(0..4)?, n(4..6)?, n(6..8)?);
-    let (hh, mm, ss) = (n(9..11)?, n(11..13)?, n(13..15)?);
-    // Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's civil algorithm).
-    let (y, m) = if m <= 2 { (y - 1, m + 9) } else { (y, m - 3) };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * m + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let secs = u64::try_from(days * 86_400 + hh * 3600 + mm * 60 + ss).ok()?;
-    Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+    parse_epoch_name(name).is_some()
 }
 
 /// One process's file in one epoch.
 #[derive(Clone, Debug)]
 pub struct Entry {
     pub epoch: String,
+    /// The epoch's start (what epochs are ordered and selected by).
+    pub start: SystemTime,
     pub program: String,
     pub pid: u32,
+    /// 1, or N for the image a self-exec wrote as `<program>~N.<pid>.prof`.
+    pub image: u32,
     pub path: PathBuf,
 }
+
+/// One epoch's name and its files.
+pub type EpochFiles = (String, Vec<Entry>);
 
 /// The files of a database, by name (nothing is read yet).
 pub struct Database {
@@ -106,13 +100,13 @@ impl Database {
             if epoch.starts_with('.') {
                 continue;
             }
-            if !is_epoch_name(&epoch) || !epoch_dir.is_dir() {
+            let Some(start) = parse_epoch_name(&epoch).filter(|_| epoch_dir.is_dir()) else {
                 eprintln!(
                     "cpuprof: skipping {}: not an epoch directory (YYYYMMDDTHHMMSSZ)",
                     epoch_dir.display()
                 );
                 continue;
-            }
+            };
             let files = match sorted(&epoch_dir) {
                 Ok(files) => files,
                 Err(e) => {
@@ -122,25 +116,24 @@ impl Database {
             };
             for path in files {
                 let Some(name) = name_of(&path) else { continue };
-                // A writer's temporary file, renamed into place when complete.
-                let Some(stem) = name.strip_suffix(".prof").filter(|_| !name.starts_with('.')) else {
-                    continue;
-                };
-                match stem
-                    .rsplit_once('.')
-                    .and_then(|(p, pid)| Some((p, pid.parse::<u32>().ok()?)))
-                {
-                    Some((program, pid)) if !program.is_empty() => entries.push(Entry {
+                match parse_file_name(&name) {
+                    FileKind::Profile(file) => entries.push(Entry {
                         epoch: epoch.clone(),
-                        program: program.to_string(),
-                        pid,
+                        start,
+                        program: file.program,
+                        pid: file.pid,
+                        image: file.image,
                         path,
                     }),
-                    _ => eprintln!("cpuprof: skipping {}: not named <program>.<pid>.prof", path.display()),
+                    // A writer's temporary file, renamed into place when complete.
+                    FileKind::Unfinished => {}
+                    FileKind::Foreign => {
+                        eprintln!("cpuprof: skipping {}: not named <program>.<pid>.prof", path.display())
+                    }
                 }
             }
         }
-        entries.sort_by(|a, b| (&a.epoch, &a.program, a.pid).cmp(&(&b.epoch, &b.program, b.pid)));
+        entries.sort_by(|a, b| (a.start, &a.program, a.pid, a.image).cmp(&(b.start, &b.program, b.pid, b.image)));
         Ok(Database {
             dir: dir.to_path_buf(),
             entries,
@@ -163,8 +156,9 @@ impl Database {
         self.entries.iter().map(|e| e.program.as_str()).collect()
     }
 
-    /// The selected program's files, by epoch: `--program`, or the only program there is.
-    pub fn select(&self, selection: &Selection) -> Result<(String, BTreeMap<String, Vec<Entry>>), String> {
+    /// The selected program's files, by epoch in time order: `--program`, or the only program
+    /// there is.
+    pub fn select(&self, selection: &Selection) -> Result<(String, Vec<EpochFiles>), String> {
         let program = match &selection.program {
             Some(p) => p.clone(),
             None => {
@@ -183,16 +177,20 @@ impl Database {
             }
         };
         let wanted: BTreeSet<&str> = selection.epochs.iter().map(String::as_str).collect();
-        let mut epochs: BTreeMap<String, Vec<Entry>> = BTreeMap::new();
+        // Entries are in time order: consecutive ones of an epoch make its group.
+        let mut epochs: Vec<EpochFiles> = Vec::new();
         for e in self.entries.iter().filter(|e| e.program == program) {
-            let after_from = selection.from.as_deref().is_none_or(|f| e.epoch.as_str() >= f);
-            let before_to = selection.to.as_deref().is_none_or(|t| e.epoch.as_str() < t);
+            let after_from = selection.from.is_none_or(|f| e.start >= f);
+            let before_to = selection.to.is_none_or(|t| e.start < t);
             if after_from && before_to && (wanted.is_empty() || wanted.contains(e.epoch.as_str())) {
-                epochs.entry(e.epoch.clone()).or_default().push(e.clone());
+                match epochs.last_mut() {
+                    Some((name, group)) if *name == e.epoch => group.push(e.clone()),
+                    _ => epochs.push((e.epoch.clone(), vec![e.clone()])),
+                }
             }
         }
         for w in &wanted {
-            if !epochs.contains_key(*w) {
+            if !epochs.iter().any(|(name, _)| name == w) {
                 eprintln!("cpuprof: epoch {w} has no profile of {program} in the selection");
             }
         }
@@ -246,7 +244,7 @@ pub fn merged(entries: &[Entry], locator: &Locator) -> Result<Option<Vec<u8>>, S
 pub fn merged_selection(dir: &Path, selection: &Selection, locator: &Locator) -> Result<(PathBuf, Vec<u8>), String> {
     let db = Database::open(dir)?;
     let (program, epochs) = db.select(selection)?;
-    let entries: Vec<Entry> = epochs.into_values().flatten().collect();
+    let entries: Vec<Entry> = epochs.into_iter().flat_map(|(_, group)| group).collect();
     let bytes = merged(&entries, locator)?
         .ok_or_else(|| format!("{}: no readable profile of {program} in the selection", dir.display()))?;
     Ok((dir.join(&program), bytes))
@@ -258,23 +256,24 @@ pub fn listing(dir: &Path, locator: &Locator) -> Result<String, String> {
     let db = Database::open(dir)?;
     #[derive(Default)]
     struct Line {
-        epochs: BTreeSet<String>,
+        epochs: BTreeSet<(SystemTime, String)>,
         pids: BTreeSet<u32>,
         samples: u64,
         files: usize,
         unreadable: usize,
     }
     let mut programs: BTreeMap<&str, Line> = BTreeMap::new();
-    let mut epochs: BTreeMap<&str, Line> = BTreeMap::new();
+    // Keyed by start, then name: in time order whatever the names' forms.
+    let mut epochs: BTreeMap<(SystemTime, &str), Line> = BTreeMap::new();
     for e in &db.entries {
         let samples = read_all(std::slice::from_ref(e), locator)
             .first()
             .map(|(_, p)| p.total_samples());
         for line in [
             programs.entry(&e.program).or_default(),
-            epochs.entry(&e.epoch).or_default(),
+            epochs.entry((e.start, &e.epoch)).or_default(),
         ] {
-            line.epochs.insert(e.epoch.clone());
+            line.epochs.insert((e.start, e.epoch.clone()));
             line.pids.insert(e.pid);
             line.files += 1;
             match samples {
@@ -303,21 +302,22 @@ pub fn listing(dir: &Path, locator: &Locator) -> Result<String, String> {
             l.pids.len(),
             l.samples,
             l.unreadable,
-            l.epochs.first().map_or("", String::as_str),
-            l.epochs.last().map_or("", String::as_str)
+            l.epochs.first().map_or("", |(_, name)| name.as_str()),
+            l.epochs.last().map_or("", |(_, name)| name.as_str())
         );
     }
+    let width = epochs.keys().map(|(_, name)| name.len()).max().unwrap_or(16);
     let _ = writeln!(
         out,
-        "\n{:<16} {:>8} {:>9} {:>10} {:>10}",
+        "\n{:<width$} {:>8} {:>9} {:>10} {:>10}",
         "epoch", "programs", "processes", "samples", "unreadable"
     );
-    for (name, l) in &epochs {
+    for ((_, name), l) in &epochs {
         let in_epoch = db.entries.iter().filter(|e| e.epoch == *name);
         let programs: BTreeSet<&str> = in_epoch.map(|e| e.program.as_str()).collect();
         let _ = writeln!(
             out,
-            "{name:<16} {:>8} {:>9} {:>10} {:>10}",
+            "{name:<width$} {:>8} {:>9} {:>10} {:>10}",
             programs.len(),
             l.files,
             l.samples,
@@ -333,19 +333,13 @@ mod tests {
 
     #[test]
     fn bounds_are_completed_epoch_names() {
-        assert_eq!(time_bound("20261123T08").unwrap(), "20261123T080000Z");
-        assert_eq!(time_bound("2026-11-23T08:30:00Z").unwrap(), "20261123T083000Z");
-        assert_eq!(time_bound("2026").unwrap(), "20260101T000000Z");
+        let at = |name: &str| parse_epoch_name(name).unwrap();
+        assert_eq!(time_bound("20261123T08").unwrap(), at("20261123T080000Z"));
+        assert_eq!(time_bound("2026-11-23T08:30:00Z").unwrap(), at("20261123T083000Z"));
+        assert_eq!(time_bound("2026").unwrap(), at("20260101T000000Z"));
+        assert_eq!(time_bound("20261123T080000.250Z").unwrap(), at("20261123T080000.250Z"));
         assert!(time_bound("yesterday").is_err());
         assert!(time_bound("20261123X08").is_err());
-    }
-
-    #[test]
-    fn epoch_names_are_utc_times() {
-        let t = epoch_start("20261123T084841Z").unwrap();
-        let secs = t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
-        // `date -u -d 2026-11-23T08:48:41Z +%s`
-        assert_eq!(secs, 1_795_423_721);
-        assert!(epoch_start("1970010T000000Z").is_none());
+        assert!(time_bound("20261123T0800001").is_err());
     }
 }

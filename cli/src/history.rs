@@ -156,13 +156,15 @@ impl History {
             "{} epochs; {what} share (%) of each epoch's samples; * = left its usual range\n",
             self.epochs.len()
         );
-        let _ = write!(out, "{:<16} {:>9} {:>9}", "epoch", "processes", "samples");
+        // 16 characters, 20 for epochs named with milliseconds.
+        let width = self.epochs.iter().map(|(name, ..)| name.len()).max().unwrap_or(16);
+        let _ = write!(out, "{:<width$} {:>9} {:>9}", "epoch", "processes", "samples");
         for i in 0..self.columns.len() {
             let _ = write!(out, " {:>7}", format!("F{}", i + 1));
         }
         out.push('\n');
         for (e, (name, processes, samples)) in self.epochs.iter().enumerate() {
-            let _ = write!(out, "{name:<16} {processes:>9} {samples:>9}");
+            let _ = write!(out, "{name:<width$} {processes:>9} {samples:>9}");
             for (function, series) in &self.columns {
                 let mark = if self.flagged(e, function).is_some() { "*" } else { " " };
                 let _ = write!(out, " {:>6.1}{mark}", series[e]);

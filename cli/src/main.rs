@@ -21,6 +21,7 @@ mod stacks;
 mod symbolize;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use cpuprof::format::database::FileKind;
 use cpuprof::format::Profile;
 use filters::Filters;
 use stacks::{Functions, Stacks};
@@ -824,10 +825,10 @@ fn db_history(
     let mut selection = selection.clone();
     if selection.program.is_none() {
         let name = new.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        let stem = name.strip_suffix(".prof").unwrap_or(name);
-        let program = stem.rsplit_once('.').map_or(stem, |(p, _)| p);
-        if database.programs().contains(program) {
-            selection.program = Some(program.to_string());
+        if let FileKind::Profile(file) = cpuprof::format::database::parse_file_name(name) {
+            if database.programs().contains(file.program.as_str()) {
+                selection.program = Some(file.program);
+            }
         }
     }
     let (program, epochs) = database.select(&selection)?;
@@ -870,7 +871,7 @@ fn db_to_dcpi(
         if filters.active() {
             profile = filters::profile(&profile, locator, filters);
         }
-        let start = db::epoch_start(name).unwrap_or(std::time::UNIX_EPOCH);
+        let start = cpuprof::format::database::parse_epoch_name(name).unwrap_or(std::time::UNIX_EPOCH);
         for path in dcpi::export(&profile, locator, &output.join(name), start)? {
             eprintln!("wrote {}", path.display());
         }

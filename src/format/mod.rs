@@ -7,6 +7,7 @@
 //! This module is pure code: no signals, no global state.
 
 pub mod build_id;
+pub mod database;
 pub mod fast_hash;
 pub mod maps;
 pub mod pprof;
