@@ -12,10 +12,12 @@ drift on a shared machine hits all of them alike; tables show medians over round
 times ProfilerStop with 2^20 distinct stacks in the profile (bench/distinct_stacks.c).
 
     python3 bench/overhead.py [--rounds 5] [--cpu-seconds 1.5] [--stack-bits 20]
+                              [--configs "gperftools,cpuprof epochs of 1 s"] [--skip-overhead]
 
 Needs cc and libgoogle-perftools-dev (for /usr/lib/x86_64-linux-gnu/libprofiler.so)."""
 import argparse
 import os
+import shutil
 import statistics
 import struct
 import subprocess
@@ -35,6 +37,10 @@ CONFIGS = {
     "cpuprof thread+fp": (CPUPROF, {"CPUPROFILE_UNWINDER": "fp"}),
     "cpuprof perf+dwarf": (CPUPROF, {"CPUPROFILE_TIMER": "perf"}),
     "cpuprof itimer+dwarf": (CPUPROF, {"CPUPROFILE_TIMER": "itimer"}),
+    # Epoch mode (CPUPROFILE_DB): the same sampling, the profile rolled over into a database
+    # every epoch. 0.1-s epochs roll over ~15 times in a 1.5-s run, to show a roll-over's cost.
+    "cpuprof epochs of 1 s": (CPUPROF, {"CPUPROFILE_DB": "", "CPUPROFILE_EPOCH": "1"}),
+    "cpuprof epochs of 0.1 s": (CPUPROF, {"CPUPROFILE_DB": "", "CPUPROFILE_EPOCH": "0.1"}),
 }
 
 
@@ -86,11 +92,19 @@ def measure(exe, args, config, hz, workdir):
     if library is not None:
         profile = os.path.join(workdir, "bench.prof")
         env = dict(extra, LD_PRELOAD=library, CPUPROFILE=profile, CPUPROFILE_FREQUENCY=str(hz))
+        if "CPUPROFILE_DB" in extra:
+            profile = os.path.join(workdir, "bench.db")
+            shutil.rmtree(profile, ignore_errors=True)
+            env["CPUPROFILE_DB"] = profile
     cpu, out = run([exe, *args], env)
     rss = int(out["peak_rss_kib"])
     if library is None:
         return {"cpu": cpu, "rss": rss, "samples": 1, "bytes": 0}
-    return {"cpu": cpu, "rss": rss, "samples": profile_samples(profile), "bytes": os.path.getsize(profile)}
+    files = [profile]
+    if os.path.isdir(profile):
+        files = [os.path.join(d, f) for d, _, names in os.walk(profile) for f in names if f.endswith(".prof")]
+    return {"cpu": cpu, "rss": rss, "samples": sum(map(profile_samples, files)),
+            "bytes": sum(map(os.path.getsize, files))}
 
 
 def calibrate(exe, cpu_seconds):
@@ -203,14 +217,23 @@ def main():
     parser.add_argument("--cpu-seconds", type=float, default=1.5)
     parser.add_argument("--stack-bits", type=int, default=20)
     parser.add_argument("--skip-overhead", action="store_true")
+    parser.add_argument("--configs", help="comma-separated names of CONFIGS to run (default: all)")
     args = parser.parse_args()
+    if args.configs:
+        wanted = args.configs.split(",")
+        for name in list(CONFIGS):
+            if name not in wanted and name != "no profiler (again)":
+                del CONFIGS[name]
     started = time.time()
     with tempfile.TemporaryDirectory() as workdir:
         exes = build(workdir)
+        # With --configs, only the overhead table of those configurations.
         if not args.skip_overhead:
-            floor_table(exes, args.rounds, args.cpu_seconds)
+            if not args.configs:
+                floor_table(exes, args.rounds, args.cpu_seconds)
             overhead_tables(exes, args.rounds, args.cpu_seconds, workdir)
-        stop_table(exes, 3, args.stack_bits, workdir)
+        if not args.configs:
+            stop_table(exes, 3, args.stack_bits, workdir)
     print(f"\n({time.time() - started:.0f} s)")
 
 

@@ -7,6 +7,7 @@
 
 mod support;
 
+use cpuprof::format::database::parse_epoch_name;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -71,23 +72,25 @@ fn wall_seconds(out: &Output) -> f64 {
     values(out)["wall"].trim().parse().unwrap()
 }
 
-/// 4 s of hot.c in 0.4-s epochs: at least one complete file per whole epoch the run spans,
+/// 10 s of hot.c in 1-s epochs: at least one complete file per whole epoch the run spans,
 /// each valid for `cpuprof check`, google-pprof and go tool pprof; the summed samples per
-/// CPU-second match a single-file run's within sampling error; the output is the plain run's.
+/// CPU-second match a single-file run's within sampling error; the output is the plain run's;
+/// the CLI reads the database (`db`, `top --db`) as the files merged.
 #[test]
 fn epochs_of_a_known_workload_are_complete_profiles_summing_to_a_single_run() {
     let dir = scratch_dir("epochs_hot");
     let program = compile_c(&dir, "hot.c", "hot", FLAGS, false);
-    let plain = run_ok(&program, &["4"], &[]);
+    let plain = run_ok(&program, &["10"], &[]);
+    // The rate of samples per CPU-second of one file, from a shorter run.
     let single = dir.join("single.prof");
     let one = run_preloaded(&program, &["4"], &single, &[]);
     let single_rate = read_profile(&single).total_samples() as f64 / reported_cpu_seconds(&one);
 
     let db = dir.join("db");
-    let out = run_ok(&program, &["4"], &epoch_env(&db, "0.4", "100"));
+    let out = run_ok(&program, &["10"], &epoch_env(&db, "1", "100"));
     assert_eq!(values(&out)["checksum"], values(&plain)["checksum"]);
     let files = finished_files(&db);
-    let whole_epochs = (wall_seconds(&out) / 0.4).floor() as usize;
+    let whole_epochs = wall_seconds(&out).floor() as usize;
     assert!(
         files.len() + 1 >= whole_epochs && whole_epochs >= 9,
         "{} files for {whole_epochs} epochs: {:?}",
@@ -107,9 +110,9 @@ fn epochs_of_a_known_workload_are_complete_profiles_summing_to_a_single_run() {
         assert!(check.status.success(), "{}: {check:?}", file.display());
         let samples = read_profile(file).total_samples();
         total += samples;
-        // Every reader takes every epoch file (an epoch of 0.4 s is too few samples for
-        // shares, which are checked on the sum below); an epoch the program only began or
-        // ended in may hold no sample.
+        // Every reader takes every epoch file (an epoch of 1 s is too few samples for shares,
+        // which are checked on the sum below); an epoch the program only began or ended in may
+        // hold no sample.
         let g = google_pprof(&program, file);
         assert!(
             samples == 0 || g.contains_key("hot_a") || g.contains_key("hot_b"),
@@ -124,8 +127,9 @@ fn epochs_of_a_known_workload_are_complete_profiles_summing_to_a_single_run() {
         );
     }
     let rate = total as f64 / reported_cpu_seconds(&out);
-    // ~400 samples each: a standard error of ~5 % on each rate; 4 of them on the difference.
-    let margin = 4.0 * (2.0f64 / 400.0).sqrt();
+    // ~1000 and ~400 samples: standard errors of ~3 % and ~5 % on the rates; 4 of them on the
+    // difference.
+    let margin = 4.0 * (1.0f64 / 1000.0 + 1.0 / 400.0).sqrt();
     assert!(
         (rate / single_rate - 1.0).abs() <= margin,
         "epochs: {total} samples, {rate:.1}/CPU-s; one file: {single_rate:.1}/CPU-s"
@@ -142,6 +146,29 @@ fn epochs_of_a_known_workload_are_complete_profiles_summing_to_a_single_run() {
         "google-pprof of the merged epochs",
         &google_pprof(&program, &merged),
         &merged,
+    );
+
+    // The CLI reads the database itself: `top --db` is `top` of the merged files, and `db`
+    // lists one program, one process, every epoch and every sample.
+    let db_arg = db.to_str().unwrap();
+    let of_db = cpuprof(&["top", "-n", "20", "--db", db_arg]);
+    let of_merge = cpuprof(&["top", "-n", "20", merged.to_str().unwrap()]);
+    assert!(of_db.status.success(), "{of_db:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&of_db.stdout),
+        String::from_utf8_lossy(&of_merge.stdout)
+    );
+    let listing = cpuprof(&["db", db_arg]);
+    let listing = String::from_utf8_lossy(&listing.stdout);
+    let row = listing
+        .lines()
+        .find(|l| l.starts_with("hot "))
+        .unwrap_or_else(|| panic!("{listing}"));
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        cols[1..5],
+        [files.len().to_string(), "1".into(), total.to_string(), "0".into()],
+        "{listing}"
     );
 }
 
@@ -222,9 +249,9 @@ fn bytes_in(db: &Path) -> u64 {
         .sum()
 }
 
-/// Hundreds of 50-ms epochs at 1000 Hz (as many as ~25 s hold): RSS and open descriptors after
-/// the first 100 epochs do not grow; the database stays within its byte budget (plus the
-/// epoch being written); the epochs removed are always the oldest.
+/// 2,000 epochs of 50 ms at 1000 Hz: RSS and open descriptors after the first 100 epochs do not
+/// grow; the database stays within its byte budget (plus the epoch being written); the epochs
+/// removed are always the oldest.
 #[test]
 fn soak_keeps_memory_descriptors_and_the_database_flat() {
     let dir = scratch_dir("epochs_soak");
@@ -251,12 +278,17 @@ fn soak_keeps_memory_descriptors_and_the_database_flat() {
         let names: Vec<String> = database(db).keys().filter(|n| n.starts_with("20")).cloned().collect();
         names.len()
     };
+    let spawned = std::time::SystemTime::now();
     std::thread::sleep(Duration::from_secs(5)); // 100 epochs of 50 ms
     let (rss_early, fds_early) = (rss_kib(pid), open_fds(pid));
     let mut seen: Vec<String> = Vec::new();
     let mut max_bytes = 0;
     let mut orders_checked = 0;
-    for _ in 0..40 {
+    let start_of = |name: &str| parse_epoch_name(name).unwrap_or_else(|| panic!("{name}"));
+    // Until the newest epoch is the 2,000th of 50 ms since the program started (at most 5 min).
+    let mut spanned = Duration::ZERO;
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    while spanned < Duration::from_millis(50 * 2000) && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(500));
         let now: Vec<String> = database(&db).keys().filter(|n| n.starts_with("202")).cloned().collect();
         // Oldest first: whatever was seen before and is gone now is older than all that is left
@@ -267,9 +299,16 @@ fn soak_keeps_memory_descriptors_and_the_database_flat() {
             assert!(*newest_gone < kept, "{newest_gone} removed before {kept}");
             orders_checked += 1;
         }
+        if let Some(newest) = now.last() {
+            spanned = start_of(newest).duration_since(spawned).unwrap_or_default();
+        }
         seen = now;
         max_bytes = max_bytes.max(bytes_in(&db));
     }
+    assert!(
+        spanned >= Duration::from_millis(50 * 2000),
+        "epochs written over {spanned:?}: fewer than 2,000"
+    );
     let (rss_late, fds_late) = (rss_kib(pid), open_fds(pid));
     child.stdin.take().unwrap().write_all(b"").unwrap();
     let out = child.wait_with_output().unwrap();
@@ -355,6 +394,22 @@ fn four_processes_with_forks_and_execs_share_one_database() {
             "{:?}",
             database(&db)
         );
+        // The CLI takes the database as it is: one program (self-exec images, `~N`, are the same
+        // program and process), 8 processes, every sample.
+        let listing = cpuprof(&["db", db.to_str().unwrap()]);
+        let listing = String::from_utf8_lossy(&listing.stdout);
+        let row = listing
+            .lines()
+            .find(|l| l.starts_with("epoch_workers "))
+            .unwrap_or_else(|| panic!("{listing}"));
+        let cols: Vec<&str> = row.split_whitespace().collect();
+        let total: u64 = samples.values().sum();
+        assert_eq!(
+            cols[2..5],
+            ["8".to_string(), total.to_string(), "0".into()],
+            "{listing}"
+        );
+        assert!(listing.contains(": 1 programs,"), "{listing}");
         let period = if hz == "100" { 0.01 } else { 0.00025 };
         for (pid, seconds) in &cpu {
             let got = samples.get(pid).copied().unwrap_or(0) as f64 * period;

@@ -242,6 +242,22 @@ fn diff_history_and_dcpi_export_read_the_database() {
     assert!(report.contains("against 6 profiles"), "{report}");
     let hot_b = report.lines().find(|l| l.trim_end().ends_with(" hot_b")).unwrap();
     assert!(hot_b.contains('*'), "{report}");
+    // advise takes the database as its history the same way and names hot_b as grown.
+    let out = cpuprof(&[
+        "advise",
+        "--history",
+        path(&db.dir),
+        "--until",
+        &epoch(CHANGE),
+        path(newest),
+    ]);
+    let advice = stdout(&out);
+    assert!(out.status.success(), "{advice}{}", stderr(&out));
+    let head = advice
+        .lines()
+        .find(|l| l.contains("] hot_b grew"))
+        .unwrap_or_else(|| panic!("{advice}"));
+    assert!(head.contains("6 earlier runs"), "{advice}");
     // One DCPI directory per epoch, each read back with the epoch's samples.
     let out_dir = db.dir.parent().unwrap().join("dcpi");
     let out = cpuprof(&[

@@ -18,7 +18,7 @@
 use cpuprof_core::sampler::{signals, thread_timers, StartChain, ThreadFilter, ROOT_FRAMES};
 use cpuprof_core::session::epochs::{EpochOptions, MIN_EPOCH};
 use cpuprof_core::session::{autostart, global, process_end, Options};
-use cpuprof_core::unwind::{self, Registers, StackReader, THREAD_STACKS};
+use cpuprof_core::unwind::{self, StackReader, THREAD_STACKS};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
@@ -241,8 +241,13 @@ extern "C" fn start_thread(call: *mut c_void) -> *mut c_void {
 /// walked as samples are: a thread's start wrapper records it once, so that what the thread
 /// owes at exit is charged above the same frames as its other samples.
 #[inline(never)]
-fn own_callers(out: &mut [u64]) -> usize {
-    cpuprof_core::sampler::walk_outside_handler(caller_registers(), out)
+fn own_callers(out: &mut [u64; ROOT_FRAMES]) -> usize {
+    // The walk starts inside this function: its own frame is dropped.
+    let mut frames = [0u64; ROOT_FRAMES + 1];
+    let n = cpuprof_core::sampler::walk_outside_handler(cpuprof_core::sampler::calling_registers(), &mut frames);
+    let kept = n.saturating_sub(1);
+    out[..kept].copy_from_slice(&frames[1..n.max(1)]);
+    kept
 }
 
 /// The glibc functions interposed on process ends, in [`REAL`].
@@ -483,10 +488,11 @@ pub unsafe extern "C" fn ProfilerGetStackTrace(
     if result.is_null() || max_depth == 0 {
         return 0;
     }
-    let regs = if uc.is_null() {
-        caller_registers()
+    // Called directly, the walk starts inside this function: its own frame is skipped too.
+    let (regs, skip) = if uc.is_null() {
+        (cpuprof_core::sampler::calling_registers(), skip + 1)
     } else {
-        cpuprof_core::sampler::interrupted_registers(uc)
+        (cpuprof_core::sampler::interrupted_registers(uc), skip)
     };
     let top = THREAD_STACKS.vouched_top(unwind::thread_pointer(), regs.sp);
     let mut frames = [0u64; 256];
@@ -504,21 +510,4 @@ pub unsafe extern "C" fn ProfilerGetStackTrace(
         *dst = pc as *mut c_void;
     }
     kept as c_int
-}
-
-/// Registers of `ProfilerGetStackTrace`'s caller: its return address as the PC and the
-/// caller's frame as the start of the walk (this function keeps a frame pointer).
-#[inline(always)]
-fn caller_registers() -> Registers {
-    let fp: u64;
-    // SAFETY: copies rbp, which holds this frame's frame pointer (inline(never) + force-frame-pointers).
-    unsafe { std::arch::asm!("mov {}, rbp", out(reg) fp, options(nomem, nostack, preserves_flags)) };
-    // SAFETY: [fp] and [fp + 8] are this function's saved frame pointer and return address.
-    let (caller_fp, ret) = unsafe { (*(fp as *const u64), *((fp + 8) as *const u64)) };
-    Registers {
-        pc: ret,
-        sp: fp,
-        fp: caller_fp,
-        rbx: None,
-    }
 }

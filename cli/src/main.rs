@@ -282,9 +282,13 @@ hint. Hints below --min-share get one line each. --format json lists every hint 
     Advise {
         /// A raw profile (cpuprof's or gperftools').
         file: PathBuf,
-        /// Directory of earlier profiles of the same program (at least two): adds what grew.
+        /// Directory of earlier profiles of the same program (at least two), or a profile
+        /// database whose epochs are the runs (as `diff --history`): adds what grew.
         #[arg(long, value_name = "DIR")]
         history: Option<PathBuf>,
+        /// With --history DB: the epochs taken as the history.
+        #[command(flatten)]
+        selection: db::Selection,
         /// `text`, or `json` (every hint with raw counts).
         #[arg(long, value_enum, default_value = "text")]
         format: AdviceFormat,
@@ -578,6 +582,7 @@ fn run(command: Command) -> Result<u8, String> {
         Command::Advise {
             file,
             history,
+            selection,
             format,
             count,
             min_share,
@@ -595,12 +600,22 @@ fn run(command: Command) -> Result<u8, String> {
             let summary = |stacks: &Stacks, p: &Profile| {
                 diff::Summary::new(stacks, p.records, p.maps.signal_weights, 1.0, true, tick_us)
             };
+            // A past profile as the new one is seen: filtered alike.
+            let past_summary = |p: &Profile| {
+                let p = if filters.active() {
+                    &filters::profile(p, &locator, &filters)
+                } else {
+                    p
+                };
+                summary(&Stacks::symbolise(p, &locator), p)
+            };
             let report = match &history {
                 Some(dir) => {
-                    let past = read_history(dir, &|path: &Path| {
-                        let p = read_profile(path, &locator)?;
-                        Ok(summary(&Stacks::symbolise(&p, &locator), &p))
-                    })?;
+                    let past = if db::Database::is_database(dir) {
+                        db_history(dir, &selection, &file, &locator, &past_summary)?
+                    } else {
+                        read_history(dir, &|path: &Path| Ok(past_summary(&read_profile(path, &locator)?)))?
+                    };
                     let latest = summary(&analysis.stacks, &profile);
                     let header = String::new();
                     Some((

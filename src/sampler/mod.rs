@@ -9,7 +9,7 @@ pub mod thread_timers;
 pub mod timer;
 mod walk_stack;
 
-pub use context::interrupted_registers;
+pub use context::{calling_registers, interrupted_registers};
 pub use handler::{
     on_profiling_signal, publish, refresh_dwarf, set_dwarf, unpublish, wait_for_handlers, walk_outside_handler,
     SampleSource, SamplerState, ThreadFilter, UnwinderChoice,
