@@ -34,6 +34,8 @@ fn exports_exactly_the_profiler_h_functions() {
         "pthread_create",
         // include/cpuprof.h: the on-demand HTTP endpoint (issue 8).
         "CpuprofServeHttp",
+        // include/cpuprof.h: epoch mode into a profile database (issue 15).
+        "CpuprofStartDatabase",
         // Interposed so that our signals wait while the program's handlers run on their
         // (possibly tiny) alternate signal stacks.
         "sigaction",
