@@ -11,6 +11,7 @@ pub mod options;
 pub mod process_end;
 mod profile_file;
 mod timing;
+pub mod wall;
 mod writer;
 
 use crate::error::Error;
@@ -80,6 +81,8 @@ pub struct Session {
     source: SampleSource,
     /// Whether this session holds the `/proc/self/mem` descriptor (`unwind::safe_read`).
     reads_memory: bool,
+    /// Wall mode's sampler of threads off the CPU (`session::wall`).
+    wall: Option<wall::WallSampler>,
 }
 
 impl Session {
@@ -87,6 +90,12 @@ impl Session {
     /// epoch's), writes the header, and starts sampling.
     pub fn start(path: &Path, options: Options) -> Result<Session, Error> {
         let (source, signal) = timing::choose(&options)?;
+        if options.wall && !matches!(source, SampleSource::ThreadTimers(_)) {
+            // A process-wide timer's signal may go to a blocked thread and interrupt its call.
+            return Err(Error::Timer(std::io::Error::other(
+                "wall-clock profiling needs per-thread timers, which are unavailable",
+            )));
+        }
         let open_error = |source| Error::Open {
             path: path.to_path_buf(),
             source,
@@ -148,7 +157,7 @@ impl Session {
             }
         };
         sampler::publish(state.clone());
-        let session = Session {
+        let mut session = Session {
             path: path.to_path_buf(),
             pid: std::process::id(),
             started: SystemTime::now(),
@@ -158,8 +167,21 @@ impl Session {
             writer: Some(writer_thread),
             source,
             reads_memory,
+            wall: None,
         };
-        let excluded = writer_tid.into_iter().collect();
+        let mut excluded: Vec<libc::pid_t> = writer_tid.into_iter().collect();
+        if session.options.wall {
+            match wall::WallSampler::start(session.options.frequency, excluded.clone()) {
+                Ok((sampler, tid)) => {
+                    session.wall = Some(sampler);
+                    excluded.push(tid);
+                }
+                Err(e) => {
+                    let _ = session.stop();
+                    return Err(Error::Spawn(e));
+                }
+            }
+        }
         if let Err(e) = timing::start(source, signal, &session.options, excluded) {
             let _ = session.stop();
             return Err(e);
@@ -193,6 +215,7 @@ impl Session {
             std::mem::forget(self);
             return Err(Error::ForkedChild { path });
         }
+        let wall = self.wall.take().map(wall::WallSampler::stop);
         let stopped = timing::stop(self.source);
         let unpublished = sampler::unpublish();
         if unpublished.is_some() {
@@ -235,6 +258,12 @@ impl Session {
             match finished.result {
                 Ok(()) => eprintln!("{}", report.summary_line()),
                 Err(_) => eprintln!("{}", report.incomplete_summary_line()),
+            }
+            if let Some(w) = wall.filter(|w| w.torn > 0) {
+                eprintln!(
+                    "cpuprof: {} wall samples of threads that kept waking up while walked have their PC only",
+                    w.torn
+                );
             }
             if report.unsampled_threads > 0 {
                 eprintln!(
