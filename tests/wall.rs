@@ -71,6 +71,11 @@ fn each_thread_gets_its_wall_time_blocked_or_burning() {
             ],
         );
         assert_eq!(out.stdout, plain.stdout, "{hz} Hz: output differs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("cpuprof: wall-clock sampler: ") && !stderr.contains("missing"),
+            "{hz} Hz: {stderr}"
+        );
         read_profile(&profile);
         let (counts, period) = cum_samples(&profile);
         let seconds = |f: &str| counts.get(f).copied().unwrap_or(0.0) * period;

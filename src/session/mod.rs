@@ -259,11 +259,8 @@ impl Session {
                 Ok(()) => eprintln!("{}", report.summary_line()),
                 Err(_) => eprintln!("{}", report.incomplete_summary_line()),
             }
-            if let Some(w) = wall.filter(|w| w.torn > 0) {
-                eprintln!(
-                    "cpuprof: {} wall samples of threads that kept waking up while walked have their PC only",
-                    w.torn
-                );
+            if let Some(w) = wall {
+                eprintln!("{}", w.summary_line());
             }
             if report.unsampled_threads > 0 {
                 eprintln!(

@@ -56,6 +56,39 @@ pub struct WallStats {
     pub reused: u64,
     /// Samples of threads that kept waking up while being walked, recorded with their PC only.
     pub torn: u64,
+    /// Looks whose syscall file could not be read (out of descriptors, say): their weight is
+    /// missing from the profile.
+    pub unread: u64,
+}
+
+impl WallStats {
+    /// The line printed at stop.
+    pub fn summary_line(&self) -> String {
+        let mut line = format!(
+            "cpuprof: wall-clock sampler: {} looks at threads ({} stacks walked, {} counted again unwalked)",
+            self.looks, self.walks, self.reused
+        );
+        if self.torn > 0 {
+            line += &format!(
+                "; {} samples of threads that kept waking up while walked have their PC only",
+                self.torn
+            );
+        }
+        if self.unread > 0 {
+            line += &format!(
+                "; {} looks could not read the thread's state and are missing",
+                self.unread
+            );
+        }
+        line
+    }
+}
+
+/// What reading a thread's syscall file gave.
+enum Read {
+    Line,
+    Gone,
+    Unreadable,
 }
 
 /// The running wall sampler thread.
@@ -194,8 +227,13 @@ fn look(
             record_outside_handler(&w.frames, weight);
             return;
         }
-        if !read_syscall_line(tid, tracked, kept, line) {
-            return;
+        match read_syscall_line(tid, tracked, kept, line) {
+            Read::Line => {}
+            Read::Gone => return,
+            Read::Unreadable => {
+                stats.unread += 1;
+                return;
+            }
         }
         let Some(regs) = parse_blocked(line) else {
             return; // running or runnable: its CPU timer samples it
@@ -204,8 +242,9 @@ fn look(
         let n = walk_other_thread(regs, frames);
         // The walk read a consistent stack only if the thread did not run meanwhile.
         let mut after = Vec::with_capacity(line.len());
-        let unchanged =
-            thread_cpu_ns(tid) == Some(cpu_ns) && read_syscall_line(tid, tracked, kept, &mut after) && after == *line;
+        let unchanged = thread_cpu_ns(tid) == Some(cpu_ns)
+            && matches!(read_syscall_line(tid, tracked, kept, &mut after), Read::Line)
+            && after == *line;
         if unchanged && n > 0 {
             record_outside_handler(&frames[..n], weight);
             tracked.walked = Some(Walked {
@@ -242,8 +281,8 @@ fn parse_blocked(line: &[u8]) -> Option<Registers> {
 }
 
 /// Reads `/proc/self/task/TID/syscall` into `line`: through a kept descriptor while fewer than
-/// [`KEPT_DESCRIPTORS`] are kept, else opened for this read only. False if the thread is gone.
-fn read_syscall_line(tid: libc::pid_t, tracked: &mut Tracked, kept: &mut usize, line: &mut Vec<u8>) -> bool {
+/// [`KEPT_DESCRIPTORS`] are kept, else opened for this read only.
+fn read_syscall_line(tid: libc::pid_t, tracked: &mut Tracked, kept: &mut usize, line: &mut Vec<u8>) -> Read {
     if tracked.fd.as_ref().is_some_and(|fd| !fd.is_still_ours()) {
         // The program closed or reused the number: leave it to the program.
         if let Some(fd) = tracked.fd.take() {
@@ -256,12 +295,14 @@ fn read_syscall_line(tid: libc::pid_t, tracked: &mut Tracked, kept: &mut usize, 
         Some(fd) => fd.raw(),
         None => {
             let path = format!("/proc/self/task/{tid}/syscall");
-            let Ok(file) = std::fs::File::open(&path) else {
-                return false;
+            let file = match std::fs::File::open(&path) {
+                Ok(file) => file,
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Read::Gone,
+                Err(_) => return Read::Unreadable,
             };
             if *kept < KEPT_DESCRIPTORS {
                 let Ok(fd) = GuardedFd::adopt(OwnedFd::from(file), path) else {
-                    return false;
+                    return Read::Unreadable;
                 };
                 *kept += 1;
                 tracked.fd.insert(fd).raw()
@@ -277,10 +318,11 @@ fn read_syscall_line(tid: libc::pid_t, tracked: &mut Tracked, kept: &mut usize, 
     let n = unsafe { libc::pread(fd, line.as_mut_ptr() as *mut libc::c_void, line.len(), 0) };
     if n <= 0 {
         line.clear();
-        return false;
+        // A thread that exited leaves its kept file unreadable (ESRCH).
+        return Read::Gone;
     }
     line.truncate(n as usize);
-    true
+    Read::Line
 }
 
 /// The CPU time of thread `tid` of this process, in ns (its `CLOCK_THREAD_CPUTIME_ID` clock,
