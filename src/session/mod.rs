@@ -83,6 +83,8 @@ pub struct Session {
     reads_memory: bool,
     /// Wall mode's sampler of threads off the CPU (`session::wall`).
     wall: Option<wall::WallSampler>,
+    /// The profiling signal.
+    signal: std::ffi::c_int,
 }
 
 impl Session {
@@ -168,6 +170,7 @@ impl Session {
             source,
             reads_memory,
             wall: None,
+            signal,
         };
         let mut excluded: Vec<libc::pid_t> = writer_tid.into_iter().collect();
         if session.options.wall {
@@ -217,6 +220,7 @@ impl Session {
         }
         let wall = self.wall.take().map(wall::WallSampler::stop);
         let stopped = timing::stop(self.source);
+        let held_back = threads_with_pending(self.signal);
         let unpublished = sampler::unpublish();
         if unpublished.is_some() {
             // No handler can still re-arm these fds or read through the /proc/self/mem
@@ -262,6 +266,13 @@ impl Session {
             if let Some(w) = wall {
                 eprintln!("{}", w.summary_line());
             }
+            if held_back > 0 {
+                eprintln!(
+                    "cpuprof: {held_back} threads keep the profiling signal blocked while they run: their CPU time since \
+                     their last sample is not in the profile (the signal is kept out of their waits' masks, where it \
+                     would interrupt the wait)"
+                );
+            }
             if report.unsampled_threads > 0 {
                 eprintln!(
                     "cpuprof: {} threads were not sampled: no timer could be created for them (see the messages above)",
@@ -274,4 +285,24 @@ impl Session {
             source,
         })
     }
+}
+
+/// How many threads of the process have `signal` pending for themselves (`SigPnd` in
+/// `/proc/self/task/TID/status`): threads that block it while running, whose samples it holds.
+fn threads_with_pending(signal: std::ffi::c_int) -> usize {
+    let Some(tids) = crate::sys::procfs::self_tids() else {
+        return 0;
+    };
+    let bit = 1u64 << (signal - 1);
+    tids.iter()
+        .filter(|tid| {
+            std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).is_ok_and(|status| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix("SigPnd:"))
+                    .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+                    .is_some_and(|pending| pending & bit != 0)
+            })
+        })
+        .count()
 }

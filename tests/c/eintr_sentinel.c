@@ -1,7 +1,8 @@
 /* EINTR sentinel: threads blocked in nanosleep, epoll_wait, poll, select, read on a pipe,
  * accept (socket with a receive timeout, so not restarted), a futex wait (timed and untimed,
  * raw system calls) and sem_timedwait, each call checked: abort() on EINTR or on a return
- * before its timeout. Half the threads also burn a little CPU between calls, so per-thread
+ * before its timeout; and threads that block every signal while they run and allow them all
+ * in ppoll, pselect and epoll_pwait, or wait for all of them with sigtimedwait. Half the threads also burn a little CPU between calls, so per-thread
  * CPU timers expire around their system calls. Runs SECONDS (argv[1], default 10).
  * With SENTINEL_SELF_TEST=1 the program signals its own blocked threads (SA_RESTART handler):
  * it must then abort, which shows the checks can fail. Output: one line per kind of call. */
@@ -113,6 +114,32 @@ static void *sem_waiter(void *arg) {
     }
     return NULL;
 }
+/* Blocks every signal while it runs and allows them all in its waits (the pselect pattern):
+ * a profiling signal left pending while it ran must not interrupt the wait. Always spins. */
+static void *masked_waiter(void *arg) {
+    long kind = (long)arg;
+    sigset_t all, none;
+    sigfillset(&all);
+    sigemptyset(&none);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    int ep = epoll_create1(0);
+    while (running()) {
+        spin(1);
+        struct timespec t = rel();
+        struct epoll_event ev;
+        double t0 = now();
+        if (kind == 0) check("ppoll (signals blocked while running)", ppoll(NULL, 0, &t, &none), 0, t0);
+        if (kind == 1) check("pselect (signals blocked while running)", pselect(0, NULL, NULL, NULL, &t, &none), 0, t0);
+        if (kind == 2) check("epoll_pwait (signals blocked while running)", epoll_pwait(ep, &ev, 1, TIMEOUT_MS, &none), 0, t0);
+        if (kind == 3) {
+            /* Waits for any signal: none is sent, so it must time out. */
+            int sig = sigtimedwait(&all, NULL, &t);
+            check("sigtimedwait for every signal", sig == -1 && errno == EAGAIN ? 0 : sig, 0, t0);
+        }
+    }
+    close(ep);
+    return NULL;
+}
 static void *acceptor(void *arg) {
     (void)arg;
     for (;;) {
@@ -158,6 +185,8 @@ int main(int argc, char **argv) {
     port = ntohs(addr.sin_port);
     void *(*kinds[])(void *) = {sleeper, epoller, poller, selector, futex_timed, sem_waiter};
     const char *names[] = {"nanosleep", "epoll_wait", "poll", "select", "futex timed", "sem_timedwait"};
+    pthread_t masked[4];
+    for (long k = 0; k < 4; k++) pthread_create(&masked[k], NULL, masked_waiter, (void *)k);
     enum { KINDS = sizeof kinds / sizeof kinds[0], EACH = 2 };
     pthread_t threads[KINDS * EACH], acc, rd, fu;
     for (int k = 0; k < KINDS; k++)
@@ -172,6 +201,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < KINDS * EACH; i++) pthread_kill(threads[i], SIGUSR1);
     }
     for (int i = 0; i < KINDS * EACH; i++) pthread_join(threads[i], NULL);
+    for (int k = 0; k < 4; k++) pthread_join(masked[k], NULL);
     int c = socket(AF_INET, SOCK_STREAM, 0);
     if (connect(c, (struct sockaddr *)&addr, sizeof addr) != 0) return 1;
     pthread_join(acc, NULL);
@@ -182,6 +212,7 @@ int main(int argc, char **argv) {
     syscall(SYS_futex, &futex_word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
     pthread_join(fu, NULL);
     for (int k = 0; k < KINDS; k++) printf("%s ok\n", names[k]);
+    puts("ppoll, pselect, epoll_pwait, sigtimedwait with signals blocked while running ok");
     puts("accept ok\nread ok\nfutex untimed ok");
     return 0;
 }
