@@ -154,13 +154,16 @@ fn run(frequency: u32, stop: &AtomicBool, excluded: Vec<libc::pid_t>) -> WallSta
         if next > now {
             std::thread::sleep(next - now);
         }
-        // A late wake-up (the machine was busy) is one tick, not several: weights count the
-        // ticks that were taken, so a skipped one is neither charged nor lost.
-        next = next.max(Instant::now() - period) + period;
+        // Ticks are wall time: a late wake-up (the machine was busy) advances by every period
+        // that passed, so the looks of this tick weigh the time missed too, as the CPU timers'
+        // overruns do for time on the CPU (counting one tick undercounted time off the CPU).
+        let late = Instant::now().saturating_duration_since(next);
+        let missed = (late.as_nanos() / period.as_nanos()) as u32;
+        next += period * (missed + 1);
         if stop.load(Ordering::SeqCst) {
             break;
         }
-        tick += 1;
+        tick += u64::from(missed) + 1;
         if cursor >= order.len() {
             // A new round: the thread list is read once per round, so its cost is shared by
             // all the looks of the round.
