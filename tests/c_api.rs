@@ -51,6 +51,16 @@ fn exports_exactly_the_profiler_h_functions() {
         "execvpe",
         "fexecve",
         "execveat",
+        // Interposed so that a profiling signal left pending by a thread that blocks it does not
+        // interrupt the program's waits nor get handed to its sigwait (issue 16).
+        "ppoll",
+        "pselect",
+        "epoll_pwait",
+        "epoll_pwait2",
+        "sigsuspend",
+        "sigwait",
+        "sigwaitinfo",
+        "sigtimedwait",
     ];
     expected.sort();
     assert_eq!(exported, expected);

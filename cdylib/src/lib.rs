@@ -262,9 +262,17 @@ enum Real {
     Execvpe,
     Fexecve,
     Execveat,
+    Ppoll,
+    Pselect,
+    EpollPwait,
+    EpollPwait2,
+    Sigsuspend,
+    Sigwait,
+    Sigwaitinfo,
+    Sigtimedwait,
 }
 
-const REAL_NAMES: [&CStr; 9] = [
+const REAL_NAMES: [&CStr; 17] = [
     c"_exit",
     c"_Exit",
     c"quick_exit",
@@ -274,11 +282,19 @@ const REAL_NAMES: [&CStr; 9] = [
     c"execvpe",
     c"fexecve",
     c"execveat",
+    c"ppoll",
+    c"pselect",
+    c"epoll_pwait",
+    c"epoll_pwait2",
+    c"sigsuspend",
+    c"sigwait",
+    c"sigwaitinfo",
+    c"sigtimedwait",
 ];
 
 /// Their addresses, found once at load: dlsym takes the loader's lock and may allocate, and
 /// these are called from signal handlers and vfork children.
-static REAL: [AtomicUsize; 9] = [const { AtomicUsize::new(0) }; 9];
+static REAL: [AtomicUsize; 17] = [const { AtomicUsize::new(0) }; 17];
 
 fn resolve_real_functions() {
     for (slot, name) in REAL.iter().zip(REAL_NAMES) {
@@ -511,3 +527,65 @@ pub unsafe extern "C" fn ProfilerGetStackTrace(
     }
     kept as c_int
 }
+/// Waits whose signal mask would unblock the profiling signal keep it blocked
+/// (`signals::keep_profiling_signals_blocked`): a signal left pending by a thread that blocks it
+/// while running must not interrupt the program's wait. Without glibc's function (epoll_pwait2
+/// before 2.35) the program could not have called it: ENOSYS.
+macro_rules! masked_wait {
+    ($name:ident, $which:ident, ($($arg:ident: $ty:ty),*), $mask:ident) => {
+        /// Interposed: the program's call, with the profiling signals kept blocked in its mask.
+        ///
+        /// # Safety
+        /// The arguments of the libc function of the same name.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty,)* $mask: *const libc::sigset_t) -> c_int {
+            type F = unsafe extern "C" fn($($ty,)* *const libc::sigset_t) -> c_int;
+            let mut copy: libc::sigset_t = std::mem::zeroed();
+            let mask = signals::keep_profiling_signals_blocked($mask, &mut copy);
+            match real::<F>(Real::$which) {
+                Some(f) => f($($arg,)* mask),
+                None => {
+                    *libc::__errno_location() = libc::ENOSYS;
+                    -1
+                }
+            }
+        }
+    };
+}
+
+masked_wait!(ppoll, Ppoll, (fds: *mut libc::pollfd, nfds: libc::nfds_t, timeout: *const libc::timespec), mask);
+masked_wait!(pselect, Pselect, (nfds: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, timeout: *const libc::timespec), mask);
+masked_wait!(epoll_pwait, EpollPwait, (epfd: c_int, events: *mut libc::epoll_event, max: c_int, timeout: c_int), mask);
+masked_wait!(epoll_pwait2, EpollPwait2, (epfd: c_int, events: *mut libc::epoll_event, max: c_int, timeout: *const libc::timespec), mask);
+masked_wait!(sigsuspend, Sigsuspend, (), mask);
+
+/// Waits for a set of signals never take the profiling signals (see
+/// `signals::without_profiling_signals`).
+macro_rules! signal_wait {
+    ($name:ident, $which:ident, ($($arg:ident: $ty:ty),*), $ret:expr) => {
+        /// Interposed: the program's call, with the profiling signals taken out of its set.
+        ///
+        /// # Safety
+        /// The arguments of the libc function of the same name.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(set: *const libc::sigset_t, $($arg: $ty),*) -> c_int {
+            type F = unsafe extern "C" fn(*const libc::sigset_t, $($ty),*) -> c_int;
+            let mut copy: libc::sigset_t = std::mem::zeroed();
+            let set = signals::without_profiling_signals(set, &mut copy);
+            match real::<F>(Real::$which) {
+                Some(f) => f(set, $($arg),*),
+                None => $ret,
+            }
+        }
+    };
+}
+
+signal_wait!(sigwait, Sigwait, (sig: *mut c_int), libc::ENOSYS);
+signal_wait!(sigwaitinfo, Sigwaitinfo, (info: *mut libc::siginfo_t), {
+    *libc::__errno_location() = libc::ENOSYS;
+    -1
+});
+signal_wait!(sigtimedwait, Sigtimedwait, (info: *mut libc::siginfo_t, timeout: *const libc::timespec), {
+    *libc::__errno_location() = libc::ENOSYS;
+    -1
+});

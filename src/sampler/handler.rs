@@ -140,7 +140,7 @@ impl SamplerState {
             self.table.count_lost(weight);
             return;
         };
-        let n = self.walk(interrupted_registers(uc), &mut workspace);
+        let n = self.walk(interrupted_registers(uc), true, &mut workspace);
         self.table.record(&workspace.frames[..n], weight);
         self.weights.add(weight);
     }
@@ -154,14 +154,21 @@ impl SamplerState {
         }
     }
 
-    /// Walks the calling thread's stack from `regs` into `workspace.frames`, on the
-    /// workspace's own stack, as every sample is walked. Callers have incremented IN_FLIGHT.
-    fn walk(&self, regs: Registers, workspace: &mut Workspace) -> usize {
-        let tp = thread_pointer();
-        let top = THREAD_STACKS.vouched_top(tp, regs.sp);
-        if top.is_none() {
-            THREAD_STACKS.request(tp, regs.sp);
-        }
+    /// Walks the stack at `regs` into `workspace.frames`, on the workspace's own stack, as
+    /// every sample is walked: the calling thread's own stack (`own`: its registry range
+    /// vouches for reads), or another thread's, every word of which is copied by the kernel.
+    /// Callers have incremented IN_FLIGHT.
+    fn walk(&self, regs: Registers, own: bool, workspace: &mut Workspace) -> usize {
+        let top = if own {
+            let tp = thread_pointer();
+            let top = THREAD_STACKS.vouched_top(tp, regs.sp);
+            if top.is_none() {
+                THREAD_STACKS.request(tp, regs.sp);
+            }
+            top
+        } else {
+            None
+        };
         let dwarf = match self.unwinder {
             UnwinderChoice::Auto => DWARF.load(Ordering::SeqCst),
             UnwinderChoice::FramePointer => std::ptr::null_mut(),
@@ -190,7 +197,29 @@ pub fn walk_outside_handler(regs: Registers, out: &mut [u64]) -> usize {
         let Some(mut workspace) = state.workspaces.claim() else {
             return 0;
         };
-        let n = state.walk(regs, &mut workspace);
+        let n = state.walk(regs, true, &mut workspace);
+        let kept = n.min(out.len());
+        out[..kept].copy_from_slice(&workspace.frames[..kept]);
+        kept
+    });
+    IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+    n
+}
+
+/// The call chain of another thread of this process stopped at `regs` (a thread blocked in
+/// the kernel, its user registers from `/proc/self/task/TID/syscall`), walked over copies of
+/// its stack made by the kernel, so a stack unmapped meanwhile makes a read fail, not fault.
+/// Empty with no profile running or no workspace free. Not for signal context (the caller is
+/// the wall sampler thread), though nothing here would break in it.
+pub fn walk_other_thread(regs: Registers, out: &mut [u64]) -> usize {
+    IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+    // SAFETY: the state stays alive while IN_FLIGHT is non-zero (see `unpublish`).
+    let state = unsafe { CURRENT.load(Ordering::SeqCst).as_ref() };
+    let n = state.map_or(0, |state| {
+        let Some(mut workspace) = state.workspaces.claim() else {
+            return 0;
+        };
+        let n = state.walk(regs, false, &mut workspace);
         let kept = n.min(out.len());
         out[..kept].copy_from_slice(&workspace.frames[..kept]);
         kept

@@ -275,6 +275,97 @@ pub fn is_unhandled(signal: c_int) -> bool {
     }
 }
 
+/// The signal mask a program passes to a wait that takes one (`ppoll`, `pselect`,
+/// `epoll_pwait`, `sigsuspend`), with the profiling signals added while their handler is ours:
+/// `copy` if any was added, else `mask` itself. A thread that blocks the profiling signal
+/// while it runs keeps its timer's signal pending; a wait whose mask unblocks it would take it
+/// at once and return `EINTR` (sigsuspend: return) with no signal of the program's. The thread
+/// is off the CPU during the wait, so no sample is lost; the signal is taken when the thread
+/// unblocks it otherwise.
+///
+/// # Safety
+/// `mask` is null or points to a valid `sigset_t`.
+pub unsafe fn keep_profiling_signals_blocked(
+    mask: *const libc::sigset_t,
+    copy: &mut libc::sigset_t,
+) -> *const libc::sigset_t {
+    if mask.is_null() {
+        return mask;
+    }
+    let profiling = crate::sampler::handler::on_profiling_signal as SigInfoHandler as usize;
+    let mut added = false;
+    for (s, ours) in OURS.iter().enumerate().skip(1) {
+        if ours.load(Ordering::Acquire) != profiling {
+            continue;
+        }
+        // SAFETY: queries the current disposition; `mask` is valid (the caller's contract) and
+        // `copy` ours.
+        unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if real_sigaction(s as c_int, std::ptr::null(), &mut old) != 0
+                || old.sa_sigaction != profiling
+                || libc::sigismember(mask, s as c_int) == 1
+            {
+                continue;
+            }
+            if !added {
+                *copy = *mask;
+                added = true;
+            }
+            libc::sigaddset(copy, s as c_int);
+        }
+    }
+    if added {
+        copy
+    } else {
+        mask
+    }
+}
+
+/// The set of signals a program waits for with `sigwait`, `sigwaitinfo` or `sigtimedwait`,
+/// without the profiling signals while their handler is ours: `copy` if any was removed, else
+/// `set` itself. A thread that blocks the profiling signal keeps its timer's signal pending,
+/// and a wait for every signal would hand it to the program as one of its own.
+///
+/// # Safety
+/// `set` is null or points to a valid `sigset_t`.
+pub unsafe fn without_profiling_signals(
+    set: *const libc::sigset_t,
+    copy: &mut libc::sigset_t,
+) -> *const libc::sigset_t {
+    if set.is_null() {
+        return set;
+    }
+    let profiling = crate::sampler::handler::on_profiling_signal as SigInfoHandler as usize;
+    let mut removed = false;
+    for (s, ours) in OURS.iter().enumerate().skip(1) {
+        if ours.load(Ordering::Acquire) != profiling {
+            continue;
+        }
+        // SAFETY: queries the current disposition; `set` is valid (the caller's contract) and
+        // `copy` ours.
+        unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if real_sigaction(s as c_int, std::ptr::null(), &mut old) != 0
+                || old.sa_sigaction != profiling
+                || libc::sigismember(set, s as c_int) != 1
+            {
+                continue;
+            }
+            if !removed {
+                *copy = *set;
+                removed = true;
+            }
+            libc::sigdelset(copy, s as c_int);
+        }
+    }
+    if removed {
+        copy
+    } else {
+        set
+    }
+}
+
 /// Blocks `signal` in the calling thread (for cpuprof's own threads, which are not sampled).
 pub fn block_in_current_thread(signal: c_int) {
     // SAFETY: plain sigmask manipulation of the calling thread.

@@ -15,7 +15,16 @@ use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 /// or empty, and in setuid/setgid programs, which must not write files an unprivileged user
 /// chose.
 pub fn profile_path_from_env(var: impl Fn(&str) -> Option<String>, privileged: bool) -> Option<PathBuf> {
-    let base = var("CPUPROFILE").filter(|p| !p.is_empty())?;
+    path_from_env("CPUPROFILE", var, privileged)
+}
+
+/// Where the wall-clock profile goes: `CPUPROFILE_WALL`, by the rules of `CPUPROFILE`.
+pub fn wall_path_from_env(var: impl Fn(&str) -> Option<String>, privileged: bool) -> Option<PathBuf> {
+    path_from_env("CPUPROFILE_WALL", var, privileged)
+}
+
+fn path_from_env(name: &str, var: impl Fn(&str) -> Option<String>, privileged: bool) -> Option<PathBuf> {
+    let base = var(name).filter(|p| !p.is_empty())?;
     if privileged {
         return None;
     }
@@ -53,6 +62,10 @@ pub fn start_from_environment() {
         }
         return;
     }
+    if let Some(path) = wall_path_from_env(var, is_privileged()) {
+        start_wall_from_environment(path, var);
+        return;
+    }
     let Some(path) = profile_path_from_env(var, is_privileged()) else {
         return;
     };
@@ -74,6 +87,24 @@ pub fn start_from_environment() {
                 eprintln!("cpuprof: {e}; the program continues without profiling");
             }
         }
+    }
+}
+
+/// `CPUPROFILE_WALL`: a wall-clock profile of every thread at `CPUPROFILE_WALL_FREQUENCY`
+/// (default 100) samples per second. One session at a time for now: it takes the place of
+/// `CPUPROFILE`, which is then ignored with a message.
+fn start_wall_from_environment(path: PathBuf, var: impl Fn(&str) -> Option<String>) {
+    if var("CPUPROFILE").is_some_and(|p| !p.is_empty()) {
+        eprintln!("cpuprof: CPUPROFILE_WALL is set: taking the wall-clock profile only; CPUPROFILE is ignored");
+    }
+    let mut options = Options::from_env(&var);
+    options.wall = true;
+    options.frequency = var("CPUPROFILE_WALL_FREQUENCY").map_or(super::options::DEFAULT_FREQUENCY, |hz| {
+        super::options::parse_frequency(&hz).min(super::options::MAX_WALL_FREQUENCY)
+    });
+    std::env::set_var("CPUPROFILE_USE_PID", "1");
+    if let Err(e) = global::start(&path, options) {
+        eprintln!("cpuprof: {e}; the program continues without profiling");
     }
 }
 

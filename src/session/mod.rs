@@ -11,6 +11,7 @@ pub mod options;
 pub mod process_end;
 mod profile_file;
 mod timing;
+pub mod wall;
 mod writer;
 
 use crate::error::Error;
@@ -80,6 +81,10 @@ pub struct Session {
     source: SampleSource,
     /// Whether this session holds the `/proc/self/mem` descriptor (`unwind::safe_read`).
     reads_memory: bool,
+    /// Wall mode's sampler of threads off the CPU (`session::wall`).
+    wall: Option<wall::WallSampler>,
+    /// The profiling signal.
+    signal: std::ffi::c_int,
 }
 
 impl Session {
@@ -87,6 +92,12 @@ impl Session {
     /// epoch's), writes the header, and starts sampling.
     pub fn start(path: &Path, options: Options) -> Result<Session, Error> {
         let (source, signal) = timing::choose(&options)?;
+        if options.wall && !matches!(source, SampleSource::ThreadTimers(_)) {
+            // A process-wide timer's signal may go to a blocked thread and interrupt its call.
+            return Err(Error::Timer(std::io::Error::other(
+                "wall-clock profiling needs per-thread timers, which are unavailable",
+            )));
+        }
         let open_error = |source| Error::Open {
             path: path.to_path_buf(),
             source,
@@ -148,7 +159,7 @@ impl Session {
             }
         };
         sampler::publish(state.clone());
-        let session = Session {
+        let mut session = Session {
             path: path.to_path_buf(),
             pid: std::process::id(),
             started: SystemTime::now(),
@@ -158,8 +169,22 @@ impl Session {
             writer: Some(writer_thread),
             source,
             reads_memory,
+            wall: None,
+            signal,
         };
-        let excluded = writer_tid.into_iter().collect();
+        let mut excluded: Vec<libc::pid_t> = writer_tid.into_iter().collect();
+        if session.options.wall {
+            match wall::WallSampler::start(session.options.frequency, excluded.clone()) {
+                Ok((sampler, tid)) => {
+                    session.wall = Some(sampler);
+                    excluded.push(tid);
+                }
+                Err(e) => {
+                    let _ = session.stop();
+                    return Err(Error::Spawn(e));
+                }
+            }
+        }
         if let Err(e) = timing::start(source, signal, &session.options, excluded) {
             let _ = session.stop();
             return Err(e);
@@ -193,7 +218,9 @@ impl Session {
             std::mem::forget(self);
             return Err(Error::ForkedChild { path });
         }
+        let wall = self.wall.take().map(wall::WallSampler::stop);
         let stopped = timing::stop(self.source);
+        let held_back = threads_with_pending(self.signal);
         let unpublished = sampler::unpublish();
         if unpublished.is_some() {
             // No handler can still re-arm these fds or read through the /proc/self/mem
@@ -236,6 +263,16 @@ impl Session {
                 Ok(()) => eprintln!("{}", report.summary_line()),
                 Err(_) => eprintln!("{}", report.incomplete_summary_line()),
             }
+            if let Some(w) = wall {
+                eprintln!("{}", w.summary_line());
+            }
+            if held_back > 0 {
+                eprintln!(
+                    "cpuprof: {held_back} threads keep the profiling signal blocked while they run: their CPU time since \
+                     their last sample is not in the profile (the signal is kept out of their waits' masks, where it \
+                     would interrupt the wait)"
+                );
+            }
             if report.unsampled_threads > 0 {
                 eprintln!(
                     "cpuprof: {} threads were not sampled: no timer could be created for them (see the messages above)",
@@ -248,4 +285,24 @@ impl Session {
             source,
         })
     }
+}
+
+/// How many threads of the process have `signal` pending for themselves (`SigPnd` in
+/// `/proc/self/task/TID/status`): threads that block it while running, whose samples it holds.
+fn threads_with_pending(signal: std::ffi::c_int) -> usize {
+    let Some(tids) = crate::sys::procfs::self_tids() else {
+        return 0;
+    };
+    let bit = 1u64 << (signal - 1);
+    tids.iter()
+        .filter(|tid| {
+            std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).is_ok_and(|status| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix("SigPnd:"))
+                    .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+                    .is_some_and(|pending| pending & bit != 0)
+            })
+        })
+        .count()
 }

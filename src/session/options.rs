@@ -10,6 +10,8 @@ pub const DEFAULT_FREQUENCY: u32 = 100;
 /// Highest frequency accepted; the same clamp as gperftools. (The process-wide timers used
 /// here deliver at most one signal per kernel tick, 250 Hz on these machines.)
 pub const MAX_FREQUENCY: u32 = 4000;
+/// Highest wall-clock rate: each tick wakes the wall sampler thread (`session::wall`).
+pub const MAX_WALL_FREQUENCY: u32 = 1000;
 /// Longest call chain recorded by default, as in gperftools.
 pub const DEFAULT_MAX_DEPTH: usize = 254;
 /// Upper bound on the configurable depth.
@@ -45,6 +47,9 @@ pub struct Options {
     pub report_on_stderr: bool,
     /// Epoch mode: the profile's path is a database directory (`session::epochs`).
     pub epochs: Option<EpochOptions>,
+    /// Wall-clock mode (`session::wall`): `frequency` is then samples per second of wall time
+    /// of every thread, blocked ones included.
+    pub wall: bool,
 }
 
 impl Default for Options {
@@ -62,6 +67,7 @@ impl Default for Options {
             unwinder: UnwinderChoice::Auto,
             report_on_stderr: true,
             epochs: None,
+            wall: false,
         }
     }
 }
