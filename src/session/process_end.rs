@@ -117,15 +117,28 @@ fn block(signal: c_int) -> libc::sigset_t {
 
 /// Takes every queued instance of `signal` (blocked by the caller) off the calling thread's and
 /// the process's queues, each counted as a sample at `pc`.
+///
+/// The system call itself, not libc's `sigtimedwait`: in libcpuprof.so that name resolves to
+/// the library's own interposer, which takes the profiling signals out of the set, so the
+/// queued signal would stay and reach the new image.
 fn take_queued(signal: c_int, pc: u64) {
-    // SAFETY: sigtimedwait with a zero timeout on a local set and siginfo; it never blocks.
+    // The kernel's sigset is 64 bits, not glibc's 1024-bit `sigset_t`.
+    const KERNEL_SIGSET_BYTES: libc::c_long = 8;
+    // SAFETY: rt_sigtimedwait with a zero timeout on a local set and siginfo; it never blocks.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, signal);
         let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
         let mut info: libc::siginfo_t = std::mem::zeroed();
-        while libc::sigtimedwait(&set, &mut info, &zero) == signal {
+        while libc::syscall(
+            libc::SYS_rt_sigtimedwait,
+            &set as *const libc::sigset_t,
+            &mut info as *mut libc::siginfo_t,
+            &zero as *const libc::timespec,
+            KERNEL_SIGSET_BYTES,
+        ) == signal as libc::c_long
+        {
             sampler::handler::record_taken_signal(&info, pc);
         }
     }
