@@ -15,8 +15,19 @@ fn run_profiled(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     run_alone(program, args, &all)
 }
 
-/// `function -> cumulative samples` and the period in seconds, from `cpuprof top --cum`.
-fn cum_samples(profile: &Path) -> (HashMap<String, f64>, f64) {
+/// A row of `cpuprof top` of a wall profile: cumulative samples and their split by thread
+/// state (percentages of them), with the system call most blocked samples waited in.
+#[derive(Debug, Default)]
+struct Row {
+    cum: f64,
+    on_cpu: f64,
+    runnable: f64,
+    blocked: f64,
+    waited_in: String,
+}
+
+/// `function -> row` and the period in seconds, from `cpuprof top --cum`.
+fn top_rows(profile: &Path) -> (HashMap<String, Row>, f64) {
     let out = run_ok(cli(), &["top", "--cum", "-n", "1000", profile.to_str().unwrap()], &[]);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let period_us: f64 = text
@@ -31,16 +42,58 @@ fn cum_samples(profile: &Path) -> (HashMap<String, f64>, f64) {
                 .ok()
         })
         .unwrap_or_else(|| panic!("no period in:\n{text}"));
-    let mut counts = HashMap::new();
+    assert!(
+        text.contains(" on-CPU runnable blocked in "),
+        "no thread states:\n{text}"
+    );
+    let pct = |s: &str| s.trim_end_matches('%').parse::<f64>().ok();
+    let mut rows = HashMap::new();
     for line in text.lines() {
         let cols: Vec<&str> = line.split_whitespace().collect();
-        if cols.len() >= 6 && cols[4].ends_with('%') {
-            if let Ok(n) = cols[3].parse::<f64>() {
-                counts.entry(cols[5..].join(" ")).or_insert(n);
-            }
+        if cols.len() < 10 || !cols[4].ends_with('%') {
+            continue;
+        }
+        let (Ok(cum), Some(on_cpu), Some(runnable), Some(blocked)) =
+            (cols[3].parse(), pct(cols[5]), pct(cols[6]), pct(cols[7]))
+        else {
+            continue;
+        };
+        let row = Row {
+            cum,
+            on_cpu,
+            runnable,
+            blocked,
+            waited_in: cols[8].to_string(),
+        };
+        rows.entry(cols[9..].join(" ")).or_insert(row);
+    }
+    (rows, period_us * 1e-6)
+}
+
+/// `key -> value -> seconds` from `go tool pprof -tags` of a protobuf profile.
+fn go_tags(pprof: &Path) -> HashMap<String, HashMap<String, f64>> {
+    let out = run_ok(
+        Path::new("go"),
+        &["tool", "pprof", "-tags", pprof.to_str().unwrap()],
+        &[],
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut tags: HashMap<String, HashMap<String, f64>> = HashMap::new();
+    let mut key = String::new();
+    for line in text.lines() {
+        if let Some((k, _)) = line.trim().split_once(": Total") {
+            key = k.to_string();
+        } else if let Some((amount, value)) = line.trim().split_once(" (") {
+            let value = value.split_once("): ").map_or("", |(_, v)| v).to_string();
+            let seconds = match amount.strip_suffix("ms") {
+                Some(ms) => ms.parse::<f64>().unwrap_or(0.0) / 1000.0,
+                None => amount.trim_end_matches('s').parse().unwrap_or(0.0),
+            };
+            tags.entry(key.clone()).or_default().insert(value, seconds);
         }
     }
-    (counts, period_us * 1e-6)
+    assert!(!tags.is_empty(), "no tags in:\n{text}");
+    tags
 }
 
 fn stderr_value(out: &Output, key: &str) -> f64 {
@@ -77,8 +130,9 @@ fn each_thread_gets_its_wall_time_blocked_or_burning() {
             "{hz} Hz: {stderr}"
         );
         read_profile(&profile);
-        let (counts, period) = cum_samples(&profile);
-        let seconds = |f: &str| counts.get(f).copied().unwrap_or(0.0) * period;
+        let (rows, period) = top_rows(&profile);
+        let counts: HashMap<&String, f64> = rows.iter().map(|(f, r)| (f, r.cum)).collect();
+        let seconds = |f: &str| rows.get(f).map_or(0.0, |r| r.cum) * period;
         for f in ["wait_for_input", "wait_for_work"] {
             assert!(
                 (seconds(f) - 2.0).abs() <= 0.2,
@@ -97,6 +151,45 @@ fn each_thread_gets_its_wall_time_blocked_or_burning() {
             seconds("clone3") >= 0.99 * threads,
             "{hz} Hz: only {:.3} of {threads:.3} s of the threads' samples reach clone3: {counts:?}",
             seconds("clone3")
+        );
+        // Thread states: each function's time where it was spent, and the call it waited in.
+        for (f, call) in [("wait_for_input", "read"), ("wait_for_work", "futex")] {
+            let row = &rows[f];
+            assert!(row.blocked >= 99.0 && row.waited_in == call, "{hz} Hz: {f}: {row:?}");
+        }
+        assert!(
+            rows["burn"].on_cpu + rows["burn"].runnable >= 99.0,
+            "{hz} Hz: burn: {:?}",
+            rows["burn"]
+        );
+        // The same as labels in protobuf, read by go tool pprof: threads by name, states, calls.
+        let pprof = dir.join(format!("wall-{hz}.pb.gz"));
+        run_ok(
+            cli(),
+            &[
+                "convert",
+                "--to",
+                "pprof",
+                "--output",
+                pprof.to_str().unwrap(),
+                profile.to_str().unwrap(),
+            ],
+            &[],
+        );
+        let tags = go_tags(&pprof);
+        let tag = |key: &str, value: &str| tags.get(key).and_then(|v| v.get(value)).copied().unwrap_or(0.0);
+        for (thread, want) in [("reader", 2.0), ("waiter", 2.0), ("burner", seconds("burn"))] {
+            assert!(
+                (tag("thread", thread) - want).abs() <= 0.1 * want + 0.02,
+                "{hz} Hz: thread {thread} has {} s, want {want:.2}: {tags:?}",
+                tag("thread", thread)
+            );
+        }
+        assert!((tag("syscall", "read") - 2.0).abs() <= 0.2, "{hz} Hz: {tags:?}");
+        assert!(tag("syscall", "futex") >= 1.8, "{hz} Hz: {tags:?}");
+        assert!(
+            (tag("state", "on-cpu") + tag("state", "runnable") - seconds("burn")).abs() <= 0.1 * seconds("burn"),
+            "{hz} Hz: {tags:?}"
         );
         let ours = cpuprof_top(&profile);
         for (reader, table) in [

@@ -11,7 +11,7 @@ use super::timer::Clock;
 use super::walk_stack::Workspace;
 use super::{perf_event, thread_accounts};
 use crate::claim_pool::ClaimPool;
-use crate::format::SignalWeights;
+use crate::format::{SampleContext, SignalWeights, ThreadState};
 use crate::table::{CallChainTable, TableConfig};
 use crate::unwind::{self, thread_pointer, DwarfUnwinder, Registers, StackReader, THREAD_STACKS};
 use std::ffi::{c_int, c_void};
@@ -62,6 +62,9 @@ pub struct SamplerState {
     pub interrupts: AtomicU64,
     /// The weights of the samples recorded, for their effective number of observations.
     weights: WeightCounters,
+    /// Wall-clock profiles: each chain ends in its [`SampleContext`] marker (thread and
+    /// state), which the writer takes off into the file's context lines.
+    contexts: bool,
 }
 
 /// Running sums of recorded samples' weights ([`SignalWeights`]). Relaxed atomics: the sums
@@ -90,8 +93,10 @@ impl SamplerState {
         filter: Option<ThreadFilter>,
         unwinder: UnwinderChoice,
         source: SampleSource,
+        contexts: bool,
     ) -> Self {
         SamplerState {
+            contexts,
             unwinder,
             source,
             workspaces: ClaimPool::new(concurrent_handlers(), || Workspace::new(table.max_depth)),
@@ -141,8 +146,26 @@ impl SamplerState {
             return;
         };
         let n = self.walk(interrupted_registers(uc), true, &mut workspace);
+        let n = self.add_own_context(&mut workspace.frames, n);
         self.table.record(&workspace.frames[..n], weight);
         self.weights.add(weight);
+    }
+
+    /// With contexts, ends the chain `frames[..n]` with the calling thread's on-CPU marker (in
+    /// place of its outermost frame if the chain fills `frames`); returns its new length.
+    /// Async-signal-safe.
+    fn add_own_context(&self, frames: &mut [u64], n: usize) -> usize {
+        if !self.contexts || frames.is_empty() {
+            return n;
+        }
+        let context = SampleContext {
+            // SAFETY: gettid is a plain system call.
+            tid: unsafe { libc::gettid() } as u32,
+            state: ThreadState::OnCpu,
+        };
+        let at = n.min(frames.len() - 1);
+        frames[at] = context.marker();
+        at + 1
     }
 
     /// The weights of the samples recorded so far.
@@ -306,17 +329,45 @@ pub fn unpublish() -> Option<Arc<SamplerState>> {
     Some(unsafe { Arc::from_raw(ptr) })
 }
 
-/// Adds `weight` samples of the call chain `pcs` from outside signal context: a thread settling,
-/// as it exits, what its timer owed it. Nothing is recorded when no profile is running.
+/// Adds `weight` samples of the calling thread's call chain `pcs` from outside signal context:
+/// a thread settling, as it exits, what its timer owed it (time on the CPU). Nothing is
+/// recorded when no profile is running.
 pub fn record_outside_handler(pcs: &[u64], weight: u64) {
     IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
     // SAFETY: the state stays alive while IN_FLIGHT is non-zero (see `unpublish`).
     if let Some(state) = unsafe { CURRENT.load(Ordering::SeqCst).as_ref() } {
-        state.table.record(pcs, weight);
+        let mut chain = [0u64; thread_accounts::ROOT_FRAMES + 2];
+        let kept = pcs.len().min(chain.len() - 1);
+        chain[..kept].copy_from_slice(&pcs[..kept]);
+        let n = state.add_own_context(&mut chain, kept);
+        state.table.record(&chain[..n], weight);
         state.weights.add(weight);
     }
     IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
 }
+
+/// Adds `weight` samples of another thread's call chain `pcs`, ending in its context's marker
+/// when the profile records contexts (the wall sampler's looks at threads off the CPU).
+pub fn record_other_thread(pcs: &[u64], context: SampleContext, weight: u64) {
+    IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+    // SAFETY: the state stays alive while IN_FLIGHT is non-zero (see `unpublish`).
+    if let Some(state) = unsafe { CURRENT.load(Ordering::SeqCst).as_ref() } {
+        if state.contexts && !pcs.is_empty() {
+            let mut chain = [0u64; MAX_CONTEXT_CHAIN];
+            let kept = pcs.len().min(chain.len() - 1);
+            chain[..kept].copy_from_slice(&pcs[..kept]);
+            chain[kept] = context.marker();
+            state.table.record(&chain[..=kept], weight);
+        } else {
+            state.table.record(pcs, weight);
+        }
+        state.weights.add(weight);
+    }
+    IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// The longest chain [`record_other_thread`] keeps, its marker included.
+const MAX_CONTEXT_CHAIN: usize = 256;
 
 /// Records a profiling signal that was taken off the queue instead of delivered (before an
 /// `exec`, which could deliver it to the new image), as a sample of `pc`: POSIX timer signals
@@ -333,7 +384,9 @@ pub fn record_taken_signal(info: &libc::siginfo_t, pc: u64) {
             1
         };
         state.interrupts.fetch_add(1, Ordering::Relaxed);
-        state.table.record(&[pc], weight);
+        let mut chain = [pc, 0];
+        let n = state.add_own_context(&mut chain, 1);
+        state.table.record(&chain[..n], weight);
         state.weights.add(weight);
     }
     IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);

@@ -134,6 +134,7 @@ impl Database {
                 writer,
                 error: None,
                 mappings,
+                contexts: Default::default(),
             },
             ends,
             directory,

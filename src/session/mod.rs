@@ -4,6 +4,7 @@
 //! holds it for the front ends.
 
 pub mod autostart;
+mod contexts;
 pub mod epochs;
 pub mod global;
 mod mappings;
@@ -33,6 +34,8 @@ pub struct OutputFile {
     writer: ProfileWriter<ProfileFile>,
     error: Option<std::io::Error>,
     mappings: mappings::SeenMappings,
+    /// The contexts of the records written (wall mode).
+    contexts: contexts::RecordContexts,
 }
 
 /// What a finished profile holds.
@@ -119,6 +122,7 @@ impl Session {
                     writer,
                     error: None,
                     mappings,
+                    contexts: Default::default(),
                 })
             }
         };
@@ -127,6 +131,7 @@ impl Session {
             options.filter,
             options.unwinder,
             source,
+            options.wall,
         ));
         if options.unwinder == sampler::UnwinderChoice::Auto {
             sampler::set_dwarf(Some(Box::new(crate::unwind::DwarfUnwinder::build())));

@@ -21,7 +21,9 @@
 //! A thread seen `running` (on a CPU or waiting for one) gets nothing here: its CPU time is
 //! sampled by its timer; time spent runnable but waiting for a CPU is not counted yet.
 
-use crate::sampler::handler::{record_outside_handler, walk_other_thread};
+use super::contexts::read_thread_name;
+use crate::format::{SampleContext, ThreadState};
+use crate::sampler::handler::{record_other_thread, walk_other_thread};
 use crate::sys::fd::GuardedFd;
 use crate::unwind::Registers;
 use std::collections::BTreeMap;
@@ -44,6 +46,8 @@ const KEPT_DESCRIPTORS: usize = 64;
 const MAX_DEPTH: usize = 254;
 /// How often a walk is retried when the thread woke up during it.
 const WALK_ATTEMPTS: usize = 3;
+/// In how many rounds a thread's name is read: the round that first lists it and the next.
+const NAME_READS: u8 = 2;
 
 /// What the wall sampler did, for the summary at stop.
 #[derive(Clone, Copy, Debug, Default)]
@@ -122,10 +126,11 @@ impl WallSampler {
     }
 }
 
-/// A thread's chain as last walked, and what it was walked at.
+/// A thread's chain as last walked, what it was walked at, and what it was blocked in.
 struct Walked {
     cpu_ns: u64,
     frames: Vec<u64>,
+    context: SampleContext,
 }
 
 /// What the sampler keeps per thread.
@@ -134,6 +139,9 @@ struct Tracked {
     last_tick: u64,
     fd: Option<GuardedFd>,
     walked: Option<Walked>,
+    /// Rounds left in which its name is read again: a thread usually names itself just after
+    /// it starts, maybe after the round that first listed it.
+    name_reads: u8,
 }
 
 fn run(frequency: u32, stop: &AtomicBool, excluded: Vec<libc::pid_t>) -> WallStats {
@@ -183,11 +191,15 @@ fn run(frequency: u32, stop: &AtomicBool, excluded: Vec<libc::pid_t>) -> WallSta
                 keep
             });
             for &tid in &live {
-                threads.entry(tid).or_insert(Tracked {
+                let tracked = threads.entry(tid).or_insert(Tracked {
                     last_tick: tick - 1,
                     fd: None,
                     walked: None,
+                    name_reads: NAME_READS,
                 });
+                if tracked.name_reads > 0 && read_thread_name(tid) {
+                    tracked.name_reads -= 1;
+                }
             }
             order = live;
             cursor = 0;
@@ -227,7 +239,7 @@ fn look(
         // (or has just been woken and waits for a CPU). One clock read, no file read.
         if let Some(w) = tracked.walked.as_ref().filter(|w| w.cpu_ns == cpu_ns) {
             stats.reused += 1;
-            record_outside_handler(&w.frames, weight);
+            record_other_thread(&w.frames, w.context, weight);
             return;
         }
         match read_syscall_line(tid, tracked, kept, line) {
@@ -238,9 +250,10 @@ fn look(
                 return;
             }
         }
-        let Some(regs) = parse_blocked(line) else {
+        let Some((regs, state)) = parse_blocked(line) else {
             return; // running or runnable: its CPU timer samples it
         };
+        let context = SampleContext { tid: tid as u32, state };
         stats.walks += 1;
         let n = walk_other_thread(regs, frames);
         // The walk read a consistent stack only if the thread did not run meanwhile.
@@ -249,38 +262,45 @@ fn look(
             && matches!(read_syscall_line(tid, tracked, kept, &mut after), Read::Line)
             && after == *line;
         if unchanged && n > 0 {
-            record_outside_handler(&frames[..n], weight);
+            record_other_thread(&frames[..n], context, weight);
             tracked.walked = Some(Walked {
                 cpu_ns,
                 frames: frames[..n].to_vec(),
+                context,
             });
             return;
         }
         if attempt + 1 == WALK_ATTEMPTS {
             stats.torn += 1;
-            record_outside_handler(&[regs.pc], weight);
+            record_other_thread(&[regs.pc], context, weight);
         }
     }
 }
 
-/// The registers of a thread blocked in the kernel, from its syscall line: `nr a1..a6 sp pc`
-/// in a system call, `-1 sp pc` blocked outside one (a page fault), `running` otherwise.
-fn parse_blocked(line: &[u8]) -> Option<Registers> {
+/// The registers and state of a thread blocked in the kernel, from its syscall line:
+/// `nr a1..a6 sp pc` in a system call, `-1 sp pc` blocked outside one (a page fault),
+/// `running` otherwise.
+fn parse_blocked(line: &[u8]) -> Option<(Registers, ThreadState)> {
     let text = std::str::from_utf8(line).ok()?;
     let fields: Vec<&str> = text.split_ascii_whitespace().collect();
     if fields.len() < 3 || fields[0] == "running" {
         return None;
     }
+    let state = match fields[0].parse::<i64>().ok()? {
+        nr @ 0..=0x3fff => ThreadState::Blocked { syscall: nr as u16 },
+        _ => ThreadState::Fault,
+    };
     let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
     let sp = hex(fields[fields.len() - 2])?;
     let pc = hex(fields[fields.len() - 1])?;
     // The frame pointer and rbx are not in the file: frames whose CFA needs them end the walk.
-    Some(Registers {
+    let regs = Registers {
         pc,
         sp,
         fp: 0,
         rbx: None,
-    })
+    };
+    Some((regs, state))
 }
 
 /// Reads `/proc/self/task/TID/syscall` into `line`: through a kept descriptor while fewer than
@@ -347,10 +367,12 @@ mod tests {
     #[test]
     fn syscall_lines_give_the_registers_of_blocked_threads_only() {
         let blocked = b"0 0x3 0x7fbcb2b50ecf 0x1 0x7fbcb2b64b60 0x0 0x0 0x7fbcb2b50e90 0x7fbcb2c4d2ec\n";
-        let regs = parse_blocked(blocked).unwrap();
+        let (regs, state) = parse_blocked(blocked).unwrap();
         assert_eq!((regs.sp, regs.pc), (0x7fbcb2b50e90, 0x7fbcb2c4d2ec));
-        let fault = parse_blocked(b"-1 0x7ffc0 0x401000\n").unwrap();
+        assert_eq!(state, ThreadState::Blocked { syscall: 0 });
+        let (fault, state) = parse_blocked(b"-1 0x7ffc0 0x401000\n").unwrap();
         assert_eq!((fault.sp, fault.pc), (0x7ffc0, 0x401000));
+        assert_eq!(state, ThreadState::Fault);
         assert!(parse_blocked(b"running\n").is_none());
         assert!(parse_blocked(b"").is_none());
     }

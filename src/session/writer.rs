@@ -488,6 +488,7 @@ impl OutputFile {
             mut writer,
             error,
             mut mappings,
+            contexts,
         } = self;
         let written = match error {
             Some(e) => Err(e),
@@ -499,6 +500,7 @@ impl OutputFile {
                 mappings.read_build_ids(&maps);
                 let mut text = mappings.complete(&maps);
                 text.extend_from_slice(state.signal_weights().line().as_bytes());
+                text.extend_from_slice(&contexts.text());
                 writer.write_trailer(&text)
             }
         };
@@ -518,9 +520,15 @@ impl OutputFile {
         let failed_before = self.error.is_some();
         let mut result: io::Result<()> = Ok(());
         let mut drained = 0;
-        let mut write = |count: u64, pcs: &[u64]| {
+        let (writer, contexts) = (&mut self.writer, &mut self.contexts);
+        let mut write = |count: u64, chain: &[u64]| {
             if !failed_before && result.is_ok() {
-                result = self.writer.write_record(count, pcs);
+                let (pcs, context) = super::contexts::split(chain);
+                let first = writer.records_written();
+                result = writer.write_record(count, pcs);
+                if let Some(context) = context {
+                    contexts.note(first, writer.records_written() - first, context);
+                }
             }
         };
         state.table.drain_evicted(|count, pcs| {
@@ -592,6 +600,7 @@ mod tests {
             None,
             crate::sampler::UnwinderChoice::FramePointer,
             SampleSource::ProcessTimer(crate::sampler::Clock::ProcessCpu),
+            false,
         )
     }
 

@@ -31,6 +31,7 @@ __attribute__((noinline)) static void burn(double until) {
 
 static void *thread_a(void *arg) {
     (void)arg;
+    pthread_setname_np(pthread_self(), "burner");
     burn(now() + seconds);
     struct timespec cpu;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
@@ -50,6 +51,7 @@ __attribute__((noinline)) static char wait_for_input(void) {
 
 static void *thread_b(void *arg) {
     (void)arg;
+    pthread_setname_np(pthread_self(), "reader");
     static char said[] = "b read ?";
     said[7] = wait_for_input();
     return said;
@@ -72,6 +74,7 @@ __attribute__((noinline)) static int wait_for_work(void) {
 
 static void *thread_c(void *arg) {
     (void)arg;
+    pthread_setname_np(pthread_self(), "waiter");
     return wait_for_work() == ETIMEDOUT ? "c waited until its deadline" : "c was woken";
 }
 
