@@ -9,7 +9,7 @@ use super::context::interrupted_registers;
 use super::thread_timers::ThreadTimerKind;
 use super::timer::Clock;
 use super::walk_stack::Workspace;
-use super::{perf_event, thread_accounts};
+use super::{perf_event, runnable_debts, thread_accounts};
 use crate::claim_pool::ClaimPool;
 use crate::format::{SampleContext, SignalWeights, ThreadState};
 use crate::table::{CallChainTable, TableConfig};
@@ -149,6 +149,29 @@ impl SamplerState {
         let n = self.add_own_context(&mut workspace.frames, n);
         self.table.record(&workspace.frames[..n], weight);
         self.weights.add(weight);
+        if self.contexts && n > 0 {
+            self.record_runnable_debt(&mut workspace.frames[..n]);
+        }
+    }
+
+    /// Wall mode: records the time the wall sampler found this thread runnable since its last
+    /// sample (`runnable_debts`) at the stack just sampled, `chain` (ending in this thread's
+    /// on-CPU marker, which this turns into its runnable one). Async-signal-safe.
+    fn record_runnable_debt(&self, chain: &mut [u64]) {
+        let Some(context) = chain.last().and_then(|&m| SampleContext::from_marker(m)) else {
+            return;
+        };
+        let owed = runnable_debts::take(context.tid);
+        if owed > 0 {
+            let last = chain.len() - 1;
+            chain[last] = SampleContext {
+                state: ThreadState::Runnable,
+                ..context
+            }
+            .marker();
+            self.table.record(chain, owed);
+            self.weights.add(owed);
+        }
     }
 
     /// With contexts, ends the chain `frames[..n]` with the calling thread's on-CPU marker (in

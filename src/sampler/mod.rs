@@ -3,6 +3,7 @@
 mod context;
 pub mod handler;
 mod perf_event;
+pub mod runnable_debts;
 pub mod signals;
 mod thread_accounts;
 pub mod thread_timers;

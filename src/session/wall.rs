@@ -18,12 +18,18 @@
 //! thread spends in each state). A thread whose CPU clock has not moved since its last walk
 //! has not run: its previous chain is counted again, with no file read and no walk.
 //!
-//! A thread seen `running` (on a CPU or waiting for one) gets nothing here: its CPU time is
-//! sampled by its timer; time spent runnable but waiting for a CPU is not counted yet.
+//! A thread seen `running` (on a CPU or waiting for one) gets no look sample: its CPU time is
+//! sampled by its timer. Its time spent runnable, waiting for a CPU, is counted exactly from
+//! the kernel's run delay ([`account_runnable`]).
+//!
+//! Every sample carries its thread and state (`crate::format::sample_context`): on a CPU,
+//! runnable, blocked in which system call. Threads' names are read when a round first lists
+//! them and once more the round after.
 
 use super::contexts::read_thread_name;
 use crate::format::{SampleContext, ThreadState};
 use crate::sampler::handler::{record_other_thread, walk_other_thread};
+use crate::sampler::runnable_debts;
 use crate::sys::fd::GuardedFd;
 use crate::unwind::Registers;
 use std::collections::BTreeMap;
@@ -63,6 +69,10 @@ pub struct WallStats {
     /// Looks whose syscall file could not be read (out of descriptors, say): their weight is
     /// missing from the profile.
     pub unread: u64,
+    /// Periods spent runnable, recorded (`runnable_periods`) and missing: of threads that
+    /// exited before their handler could record them, or whose run delay was unreadable.
+    pub runnable_periods: u64,
+    pub runnable_missing: u64,
 }
 
 impl WallStats {
@@ -82,6 +92,13 @@ impl WallStats {
             line += &format!(
                 "; {} looks could not read the thread's state and are missing",
                 self.unread
+            );
+        }
+        line += &format!("; {} periods spent runnable", self.runnable_periods);
+        if self.runnable_missing > 0 {
+            line += &format!(
+                " ({} more are missing: their threads exited first or their run delay was unreadable)",
+                self.runnable_missing
             );
         }
         line
@@ -142,6 +159,20 @@ struct Tracked {
     /// Rounds left in which its name is read again: a thread usually names itself just after
     /// it starts, maybe after the round that first listed it.
     name_reads: u8,
+    /// Time spent runnable: see [`account_runnable`].
+    runnable: Runnable,
+}
+
+/// What the sampler knows of a thread's time spent runnable.
+#[derive(Default)]
+struct Runnable {
+    fd: Option<GuardedFd>,
+    /// CPU time and run delay (ns) at the last look that read them; `None` before the first.
+    last: Option<(u64, u64)>,
+    /// Run delay not yet a whole period.
+    carry_ns: u64,
+    /// Whether the last look found the thread blocked (its chain in `Tracked::walked`).
+    was_blocked: bool,
 }
 
 fn run(frequency: u32, stop: &AtomicBool, excluded: Vec<libc::pid_t>) -> WallStats {
@@ -185,8 +216,9 @@ fn run(frequency: u32, stop: &AtomicBool, excluded: Vec<libc::pid_t>) -> WallSta
             live.sort_unstable();
             threads.retain(|tid, t| {
                 let keep = live.binary_search(tid).is_ok();
-                if !keep && t.fd.is_some() {
-                    kept -= 1;
+                if !keep {
+                    kept -= usize::from(t.fd.is_some()) + usize::from(t.runnable.fd.is_some());
+                    stats.runnable_missing += runnable_debts::forget(*tid as u32);
                 }
                 keep
             });
@@ -196,6 +228,7 @@ fn run(frequency: u32, stop: &AtomicBool, excluded: Vec<libc::pid_t>) -> WallSta
                     fd: None,
                     walked: None,
                     name_reads: NAME_READS,
+                    runnable: Runnable::default(),
                 });
                 if tracked.name_reads > 0 && read_thread_name(tid) {
                     tracked.name_reads -= 1;
@@ -215,6 +248,8 @@ fn run(frequency: u32, stop: &AtomicBool, excluded: Vec<libc::pid_t>) -> WallSta
             let weight = tick - tracked.last_tick;
             tracked.last_tick = tick;
             stats.looks += 1;
+            // Runnable time first: it is charged by what the previous look found.
+            account_runnable(tid, tracked, period, &mut kept, &mut line, &mut stats);
             look(tid, tracked, weight, &mut kept, &mut line, &mut frames, &mut stats);
         }
     }
@@ -240,9 +275,11 @@ fn look(
         if let Some(w) = tracked.walked.as_ref().filter(|w| w.cpu_ns == cpu_ns) {
             stats.reused += 1;
             record_other_thread(&w.frames, w.context, weight);
+            tracked.runnable.was_blocked = true;
             return;
         }
-        match read_syscall_line(tid, tracked, kept, line) {
+        tracked.runnable.was_blocked = false;
+        match read_task_file(tid, "syscall", &mut tracked.fd, kept, line) {
             Read::Line => {}
             Read::Gone => return,
             Read::Unreadable => {
@@ -259,10 +296,14 @@ fn look(
         // The walk read a consistent stack only if the thread did not run meanwhile.
         let mut after = Vec::with_capacity(line.len());
         let unchanged = thread_cpu_ns(tid) == Some(cpu_ns)
-            && matches!(read_syscall_line(tid, tracked, kept, &mut after), Read::Line)
+            && matches!(
+                read_task_file(tid, "syscall", &mut tracked.fd, kept, &mut after),
+                Read::Line
+            )
             && after == *line;
         if unchanged && n > 0 {
             record_other_thread(&frames[..n], context, weight);
+            tracked.runnable.was_blocked = true;
             tracked.walked = Some(Walked {
                 cpu_ns,
                 frames: frames[..n].to_vec(),
@@ -275,6 +316,72 @@ fn look(
             record_other_thread(&[regs.pc], context, weight);
         }
     }
+}
+
+/// Time spent runnable, from the kernel's run delay (`schedstat`'s second field, the ns a
+/// thread has waited on a run queue), read when the thread's CPU clock moved since the last
+/// read (the run delay grows only as a thread gets a CPU, so it cannot have moved otherwise).
+/// Whole periods of it are charged, exactly rather than sampled: to where the thread was
+/// blocked at the previous look if it was (time waiting for a CPU after being woken), else to
+/// the stack its own handler samples next (time preempted while running; `runnable_debts`).
+fn account_runnable(
+    tid: libc::pid_t,
+    tracked: &mut Tracked,
+    period: Duration,
+    kept: &mut usize,
+    line: &mut Vec<u8>,
+    stats: &mut WallStats,
+) {
+    let Some(cpu_ns) = thread_cpu_ns(tid) else {
+        return;
+    };
+    if tracked.runnable.last.is_some_and(|(cpu, _)| cpu == cpu_ns) {
+        return;
+    }
+    let delay_ns = match read_task_file(tid, "schedstat", &mut tracked.runnable.fd, kept, line) {
+        Read::Line => match parse_run_delay(line) {
+            Some(ns) => ns,
+            None => return,
+        },
+        Read::Gone | Read::Unreadable => return,
+    };
+    let r = &mut tracked.runnable;
+    let Some((_, last_delay)) = r.last.replace((cpu_ns, delay_ns)) else {
+        return; // the first read: what came before the profile is not its time
+    };
+    r.carry_ns += delay_ns.saturating_sub(last_delay);
+    let period_ns = period.as_nanos() as u64;
+    let periods = r.carry_ns / period_ns;
+    r.carry_ns %= period_ns;
+    if periods == 0 {
+        return;
+    }
+    stats.runnable_periods += periods;
+    match &tracked.walked {
+        Some(w) if r.was_blocked => {
+            let context = SampleContext {
+                state: ThreadState::Runnable,
+                ..w.context
+            };
+            record_other_thread(&w.frames, context, periods);
+        }
+        _ => {
+            if !runnable_debts::owe(tid as u32, periods) {
+                stats.runnable_periods -= periods;
+                stats.runnable_missing += periods;
+            }
+        }
+    }
+}
+
+/// The run delay (ns) in a `schedstat` line: `on-CPU-ns run-delay-ns timeslices`.
+fn parse_run_delay(line: &[u8]) -> Option<u64> {
+    std::str::from_utf8(line)
+        .ok()?
+        .split_ascii_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 /// The registers and state of a thread blocked in the kernel, from its syscall line:
@@ -303,21 +410,27 @@ fn parse_blocked(line: &[u8]) -> Option<(Registers, ThreadState)> {
     Some((regs, state))
 }
 
-/// Reads `/proc/self/task/TID/syscall` into `line`: through a kept descriptor while fewer than
-/// [`KEPT_DESCRIPTORS`] are kept, else opened for this read only.
-fn read_syscall_line(tid: libc::pid_t, tracked: &mut Tracked, kept: &mut usize, line: &mut Vec<u8>) -> Read {
-    if tracked.fd.as_ref().is_some_and(|fd| !fd.is_still_ours()) {
+/// Reads `/proc/self/task/TID/<file>` into `line`: through the descriptor kept in `kept_fd`
+/// while fewer than [`KEPT_DESCRIPTORS`] are kept, else opened for this read only.
+fn read_task_file(
+    tid: libc::pid_t,
+    file: &str,
+    kept_fd: &mut Option<GuardedFd>,
+    kept: &mut usize,
+    line: &mut Vec<u8>,
+) -> Read {
+    if kept_fd.as_ref().is_some_and(|fd| !fd.is_still_ours()) {
         // The program closed or reused the number: leave it to the program.
-        if let Some(fd) = tracked.fd.take() {
+        if let Some(fd) = kept_fd.take() {
             fd.abandon();
         }
         *kept -= 1;
     }
     let transient;
-    let fd = match &tracked.fd {
+    let fd = match kept_fd {
         Some(fd) => fd.raw(),
         None => {
-            let path = format!("/proc/self/task/{tid}/syscall");
+            let path = format!("/proc/self/task/{tid}/{file}");
             let file = match std::fs::File::open(&path) {
                 Ok(file) => file,
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Read::Gone,
@@ -328,7 +441,7 @@ fn read_syscall_line(tid: libc::pid_t, tracked: &mut Tracked, kept: &mut usize, 
                     return Read::Unreadable;
                 };
                 *kept += 1;
-                tracked.fd.insert(fd).raw()
+                kept_fd.insert(fd).raw()
             } else {
                 transient = file;
                 std::os::fd::AsRawFd::as_raw_fd(&transient)
