@@ -223,25 +223,111 @@ fn each_thread_gets_its_wall_time_blocked_or_burning() {
     }
 }
 
+/// Both profiles from one run (`CPUPROFILE` and `CPUPROFILE_WALL`), on the crowded known
+/// answer: the CPU profile holds CPU time only (burn and rival_burn half each, nothing of the
+/// blocked threads, no thread states), the wall profile every thread's 2 s with its states,
+/// burn on a CPU for its thread's CPU time; every reader reads both.
+#[test]
+fn cpu_and_wall_profiles_from_one_run() {
+    let dir = scratch_dir("wall-beside");
+    let program = compile_c(&dir, "wall_known.c", "wall_known", &["-O2"], false);
+    let (cpu, wall) = (dir.join("cpu.prof"), dir.join("wall.prof"));
+    let args = ["2", "crowded"];
+    let plain = run_ok(&program, &args, &[]);
+    let out = run_profiled(
+        &program,
+        &args,
+        &[
+            ("CPUPROFILE", cpu.to_str().unwrap()),
+            ("CPUPROFILE_FREQUENCY", "250"),
+            ("CPUPROFILE_WALL", wall.to_str().unwrap()),
+            ("CPUPROFILE_WALL_FREQUENCY", "100"),
+        ],
+    );
+    assert_eq!(out.stdout, plain.stdout, "output differs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("PROFILE: interrupts") && stderr.contains("cpuprof: wall-clock profile '"),
+        "{stderr}"
+    );
+    let (cpu_profile, wall_profile) = (read_profile(&cpu), read_profile(&wall));
+    assert_eq!((cpu_profile.period_us, wall_profile.period_us), (4000, 10000));
+    assert!(cpu_profile.maps.contexts.is_empty() && !wall_profile.maps.contexts.is_empty());
+
+    let on_cpu = cpuprof_top(&cpu);
+    for f in ["burn", "rival_burn"] {
+        assert!((share(&on_cpu, f) - 50.0).abs() <= 8.0, "CPU profile: {f}: {on_cpu:?}");
+    }
+    for f in ["wait_for_input", "wait_for_work"] {
+        assert!(share(&on_cpu, f) < 1.0, "CPU profile: {f} used no CPU: {on_cpu:?}");
+    }
+    let (rows, period) = top_rows(&wall);
+    let seconds = |f: &str| rows.get(f).map_or(0.0, |r| r.cum) * period;
+    for f in ["burn", "rival_burn", "wait_for_input", "wait_for_work"] {
+        assert!(
+            (seconds(f) - 2.0).abs() <= 0.2,
+            "wall profile: {f} has {:.3} s: {rows:?}",
+            seconds(f)
+        );
+    }
+    let a_cpu = stderr_value(&out, "a_cpu");
+    let burn_on_cpu = seconds("burn") * rows["burn"].on_cpu / 100.0;
+    // Each of burn's wall samples on a CPU stands for a wall period (10 ms) of its CPU time.
+    assert!(
+        (burn_on_cpu - a_cpu).abs() <= (0.1 * a_cpu).max(3.0 * period),
+        "wall profile: burn on a CPU {burn_on_cpu:.3} s, its thread's CPU time {a_cpu} s: {:?}",
+        rows["burn"]
+    );
+    for (profile, reader, table) in [
+        (&cpu, "google-pprof", google_pprof(&program, &cpu)),
+        (&cpu, "go tool pprof", go_pprof(&program, &cpu)),
+        (&wall, "google-pprof", google_pprof(&program, &wall)),
+        (&wall, "go tool pprof", go_pprof(&program, &wall)),
+    ] {
+        let ours = cpuprof_top(profile);
+        for f in ["burn", "rival_burn"] {
+            assert!(
+                (share(&table, f) - share(&ours, f)).abs() <= 1.0,
+                "{}: {reader} gives {f} {}%, cpuprof {}%",
+                profile.display(),
+                share(&table, f),
+                share(&ours, f)
+            );
+        }
+    }
+}
+
 /// Threads blocked in nanosleep, epoll_wait, poll, select, accept, futex waits, sem_timedwait
 /// and a pipe read, each aborting on EINTR or an early return: the same output and exit status
-/// under wall profiling at 100 and 1000 Hz, and under CPU profiling at 100 and 4000 Hz.
+/// under wall profiling at 100 and 1000 Hz, under CPU profiling at 100 and 4000 Hz, and under
+/// both at once.
 #[test]
 fn no_blocked_call_is_interrupted_under_wall_or_cpu_profiling() {
     let dir = scratch_dir("wall-eintr");
     let program = compile_c(&dir, "eintr_sentinel.c", "eintr_sentinel", &["-O2"], false);
     let plain = run_ok(&program, &["3"], &[]);
-    for (variable, rate, hz) in [
-        ("CPUPROFILE_WALL", "CPUPROFILE_WALL_FREQUENCY", "100"),
-        ("CPUPROFILE_WALL", "CPUPROFILE_WALL_FREQUENCY", "1000"),
-        ("CPUPROFILE", "CPUPROFILE_FREQUENCY", "100"),
-        ("CPUPROFILE", "CPUPROFILE_FREQUENCY", "4000"),
-    ] {
-        let profile = dir.join(format!("{variable}-{hz}.prof"));
-        let out = run_profiled(&program, &["3"], &[(variable, profile.to_str().unwrap()), (rate, hz)]);
-        assert_eq!(out.stdout, plain.stdout, "{variable} at {hz} Hz: output differs");
-        let parsed = read_profile(&profile);
-        assert!(parsed.records > 0, "{variable} at {hz} Hz: empty profile");
+    let (wall, cpu) = (dir.join("wall.prof"), dir.join("cpu.prof"));
+    let (wall, cpu) = (wall.to_str().unwrap(), cpu.to_str().unwrap());
+    let runs: [&[(&str, &str)]; 5] = [
+        &[("CPUPROFILE_WALL", wall), ("CPUPROFILE_WALL_FREQUENCY", "100")],
+        &[("CPUPROFILE_WALL", wall), ("CPUPROFILE_WALL_FREQUENCY", "1000")],
+        &[("CPUPROFILE", cpu), ("CPUPROFILE_FREQUENCY", "100")],
+        &[("CPUPROFILE", cpu), ("CPUPROFILE_FREQUENCY", "4000")],
+        &[
+            ("CPUPROFILE", cpu),
+            ("CPUPROFILE_FREQUENCY", "4000"),
+            ("CPUPROFILE_WALL", wall),
+            ("CPUPROFILE_WALL_FREQUENCY", "1000"),
+        ],
+    ];
+    for env in runs {
+        let _ = (std::fs::remove_file(wall), std::fs::remove_file(cpu));
+        let out = run_profiled(&program, &["3"], env);
+        assert_eq!(out.stdout, plain.stdout, "{env:?}: output differs");
+        for (variable, path) in env.iter().filter(|(v, _)| !v.ends_with("FREQUENCY")) {
+            let parsed = read_profile(Path::new(path));
+            assert!(parsed.records > 0, "{env:?}: empty {variable} profile");
+        }
     }
 }
 

@@ -12,7 +12,7 @@ mod walk_stack;
 
 pub use context::{calling_registers, interrupted_registers};
 pub use handler::{
-    on_profiling_signal, publish, refresh_dwarf, set_dwarf, unpublish, wait_for_handlers, walk_outside_handler,
+    on_profiling_signal, publish, refresh_dwarf, set_dwarf, unpublish, wait_for_handlers, walk_outside_handler, Labels,
     SampleSource, SamplerState, ThreadFilter, UnwinderChoice,
 };
 pub use signals::SignalError;

@@ -135,6 +135,7 @@ impl Database {
                 error: None,
                 mappings,
                 contexts: Default::default(),
+                beside: None,
             },
             ends,
             directory,
