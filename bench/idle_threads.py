@@ -8,7 +8,9 @@ profiler thread (by its name) and for the whole process. schedstat's run time (n
 beside it where the kernel has it, as the finer of the two clocks.
 
     python3 bench/idle_threads.py [--threads 1000] [--seconds 20] [--settle 2]
-                                  [--configs "cpuprof cpu,gperftools"]
+                                  [--configs "cpuprof cpu,gperftools"] [--cpuprof LIB]
+
+--cpuprof names another build of libcpuprof.so (an older commit's, to compare).
 
 Build the library first: cargo build --release -p cpuprof-preload (from the repository root,
 so that .cargo/config's frame-pointer flags apply)."""
@@ -24,13 +26,13 @@ CPUPROF = os.path.join(ROOT, "target/release/libcpuprof.so")
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def configs(out):
+def configs(out, cpuprof):
     """name -> (library, environment); `out` is a scratch directory for the profiles."""
     return {
         "no profiler": (None, {}),
-        "cpuprof cpu": (CPUPROF, {"CPUPROFILE": f"{out}/cpu.prof", "CPUPROFILE_FREQUENCY": "100"}),
+        "cpuprof cpu": (cpuprof, {"CPUPROFILE": f"{out}/cpu.prof", "CPUPROFILE_FREQUENCY": "100"}),
         "cpuprof wall": (
-            CPUPROF,
+            cpuprof,
             {"CPUPROFILE_WALL": f"{out}/wall.prof", "CPUPROFILE_WALL_FREQUENCY": "100"},
         ),
         "gperftools": (GPERFTOOLS, {"CPUPROFILE": f"{out}/gperf.prof", "CPUPROFILE_FREQUENCY": "100"}),
@@ -103,6 +105,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--settle", type=float, default=2, help="seconds after every thread waits")
     ap.add_argument("--configs", help="comma-separated names (default: all)")
+    ap.add_argument("--cpuprof", default=CPUPROF, help="the libcpuprof.so to measure")
     args = ap.parse_args()
     out = tempfile.mkdtemp(prefix="idle_threads.")
     prog = os.path.join(out, "idle_threads")
@@ -110,7 +113,7 @@ def main():
         ["cc", "-O2", "-g", "-fno-omit-frame-pointer", os.path.join(ROOT, "bench/idle_threads.c"), "-o", prog, "-lpthread"],
         check=True,
     )
-    chosen = configs(out)
+    chosen = configs(out, os.path.abspath(args.cpuprof))
     if args.configs:
         chosen = {k: v for k, v in chosen.items() if k in args.configs.split(",")}
     print(f"{args.threads} idle threads, {args.seconds:g} s steady state; % of one core: stat (schedstat)\n")
