@@ -223,6 +223,51 @@ fn each_thread_gets_its_wall_time_blocked_or_burning() {
     }
 }
 
+/// Code built with frame pointers: a blocked function that called a wrapper which does not
+/// save rbp (glibc's `read`) is stepped by its proven frame record, so its stack still reaches
+/// clone3 (before: 0 of 200 of `wait_for_input`'s stacks did). `main`, which libc calls
+/// through a pointer, cannot be proven and may end its stack.
+#[test]
+fn blocked_stacks_of_frame_pointer_code_reach_their_roots() {
+    let dir = scratch_dir("wall-fp");
+    let program = compile_c(
+        &dir,
+        "wall_known.c",
+        "wall_known",
+        &["-O2", "-fno-omit-frame-pointer"],
+        false,
+    );
+    let profile = dir.join("wall.prof");
+    let out = run_profiled(
+        &program,
+        &["1"],
+        &[
+            ("CPUPROFILE_WALL", profile.to_str().unwrap()),
+            ("CPUPROFILE_WALL_FREQUENCY", "100"),
+        ],
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let collapsed = run_ok(cli(), &["collapse", profile.to_str().unwrap()], &[]);
+    let text = String::from_utf8_lossy(&collapsed.stdout);
+    for f in ["wait_for_input", "wait_for_work", "burn"] {
+        let (mut all, mut rooted) = (0u64, 0u64);
+        for line in text
+            .lines()
+            .filter(|l| l.contains(&format!(";{f};")) || l.contains(&format!(";{f} ")))
+        {
+            let count: u64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+            all += count;
+            if line.starts_with("clone3;") {
+                rooted += count;
+            }
+        }
+        assert!(
+            all > 50 && rooted as f64 >= 0.99 * all as f64,
+            "{f}: {rooted} of {all} reach clone3:\n{text}"
+        );
+    }
+}
+
 /// Both profiles from one run (`CPUPROFILE` and `CPUPROFILE_WALL`), on the crowded known
 /// answer: the CPU profile holds CPU time only (burn and rival_burn half each, nothing of the
 /// blocked threads, no thread states), the wall profile every thread's 2 s with its states,

@@ -268,7 +268,8 @@ impl SamplerState {
         workspace.run(|frames, window| {
             let mut stack = StackReader::new(regs.sp, top, window);
             // SAFETY: a published unwinder stays alive while IN_FLIGHT is non-zero (`set_dwarf`).
-            match unsafe { dwarf.as_ref() }.and_then(|d| d.walk(regs, &mut stack, frames)) {
+            // Another thread's registers come from /proc/.../syscall, without rbp.
+            match unsafe { dwarf.as_ref() }.and_then(|d| d.walk(regs, &mut stack, frames, !own)) {
                 Some(n) => n,
                 None => unwind::walk(regs, &mut stack, frames),
             }

@@ -23,8 +23,8 @@
 //! the kernel's run delay ([`account_runnable`]).
 //!
 //! Every sample carries its thread and state (`crate::format::sample_context`): on a CPU,
-//! runnable, blocked in which system call. Threads' names are read when a round first lists
-//! them and once more the round after.
+//! runnable, blocked in which system call. Threads' names are read in the rounds 1, 2, 4, 8,
+//! ... since a round first listed them, and once more at stop.
 
 use super::contexts::read_thread_name;
 use crate::format::{SampleContext, ThreadState};
@@ -52,8 +52,6 @@ const KEPT_DESCRIPTORS: usize = 64;
 const MAX_DEPTH: usize = 254;
 /// How often a walk is retried when the thread woke up during it.
 const WALK_ATTEMPTS: usize = 3;
-/// In how many rounds a thread's name is read: the round that first lists it and the next.
-const NAME_READS: u8 = 2;
 
 /// What the wall sampler did, for the summary at stop.
 #[derive(Clone, Copy, Debug, Default)]
@@ -156,9 +154,9 @@ struct Tracked {
     last_tick: u64,
     fd: Option<GuardedFd>,
     walked: Option<Walked>,
-    /// Rounds left in which its name is read again: a thread usually names itself just after
-    /// it starts, maybe after the round that first listed it.
-    name_reads: u8,
+    /// Rounds it has been listed in: its name is read in rounds 1, 2, 4, 8, ... (a thread
+    /// usually names itself just after it starts, but maybe after a busy machine lets it run).
+    rounds: u32,
     /// Time spent runnable: see [`account_runnable`].
     runnable: Runnable,
 }
@@ -227,11 +225,12 @@ fn run(frequency: u32, stop: &AtomicBool, excluded: Vec<libc::pid_t>) -> WallSta
                     last_tick: tick - 1,
                     fd: None,
                     walked: None,
-                    name_reads: NAME_READS,
+                    rounds: 0,
                     runnable: Runnable::default(),
                 });
-                if tracked.name_reads > 0 && read_thread_name(tid) {
-                    tracked.name_reads -= 1;
+                tracked.rounds += 1;
+                if tracked.rounds.is_power_of_two() {
+                    read_thread_name(tid);
                 }
             }
             order = live;
@@ -252,6 +251,10 @@ fn run(frequency: u32, stop: &AtomicBool, excluded: Vec<libc::pid_t>) -> WallSta
             account_runnable(tid, tracked, period, &mut kept, &mut line, &mut stats);
             look(tid, tracked, weight, &mut kept, &mut line, &mut frames, &mut stats);
         }
+    }
+    // Names given late (or changed) since the last read.
+    for &tid in threads.keys() {
+        read_thread_name(tid);
     }
     stats
 }

@@ -3,6 +3,7 @@
 
 pub mod dwarf;
 pub mod fp;
+pub mod frame_records;
 pub mod rbx_cfa;
 pub mod safe_read;
 pub mod stack_reader;
