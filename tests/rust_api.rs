@@ -129,9 +129,9 @@ fn wait_here(rx: &std::sync::mpsc::Receiver<()>) {
 /// channel's futex wait) while the test burns 1.5 s of CPU in hot_a/hot_b. `wall(100)`: the
 /// burning spans 1.5 s ± 10 % of wall samples, and so does the waiter thread, blocked in
 /// futex; `wall_beside`: the CPU profile holds the burning 3:1 and nothing of the waiter, the
-/// wall profile the same as alone. (The waiter's stack is not checked: this test binary is
-/// built with frame pointers, and a blocked frame-pointer function's caller is not found
-/// without its rbp, which /proc/.../syscall does not give; see DESIGN.md "Wall-clock mode".)
+/// wall profile the same as alone. The waiter's blocked stacks reach `wait_here` (this test
+/// binary and std are built with frame pointers, and std's channel calls `Thread::park` through
+/// a register: the frame record proven from the record above it, `unwind::frame_records`).
 #[test]
 fn wall_and_wall_beside_known_answer() {
     let _turn = ONE_AT_A_TIME.lock();
@@ -187,6 +187,11 @@ fn wall_and_wall_beside_known_answer() {
         assert!(
             (waited - 1.5).abs() <= 0.15,
             "beside={beside}: waiter blocked in futex {waited:.3} s"
+        );
+        let waited_here = seconds("wait_here");
+        assert!(
+            (waited_here - 1.5).abs() <= 0.15,
+            "beside={beside}: wait_here {waited_here:.3} s: {cum:?}"
         );
         if beside {
             assert_three_to_one("cpuprof top of the CPU profile", &cpuprof_top(&cpu), &cpu);
