@@ -207,9 +207,11 @@ fn run(frequency: u32, stop: &AtomicBool, excluded: Vec<libc::pid_t>) -> WallSta
             let Some(tids) = crate::sys::procfs::self_tids() else {
                 continue;
             };
+            // cpuprof's own threads (the toggle thread, the HTTP endpoint's) are not the program's.
+            let ours = crate::sys::thread::own_tids();
             let mut live: Vec<libc::pid_t> = tids
                 .into_iter()
-                .filter(|t| *t != own && !excluded.contains(t))
+                .filter(|t| *t != own && !excluded.contains(t) && !ours.contains(t))
                 .collect();
             live.sort_unstable();
             threads.retain(|tid, t| {

@@ -1,5 +1,6 @@
 //! Threads of cpuprof's own (the writer, the CPUPROFILESIGNAL toggle thread, the HTTP
-//! endpoint's): none may ever receive a signal.
+//! endpoint's): none may ever receive a signal, and none is part of the program's profile
+//! ([`own_tids`]: the wall-clock sampler leaves them out).
 //!
 //! A process-directed signal goes to any thread that does not block it. A daemon that blocks
 //! SIGHUP in all of its threads and takes it with `sigwait` or a `signalfd` would otherwise
@@ -7,12 +8,40 @@
 //! must be in place before the thread runs its first instruction, so it is inherited rather
 //! than set by the thread itself.
 
+use crate::sync::Mutex;
 use std::io;
 use std::thread::{Builder, JoinHandle};
 
-/// Spawns a thread that blocks every signal from its start: the creating thread blocks all
-/// signals, spawns (the new thread inherits the mask), and restores its own mask. Signals
-/// sent to the creator meanwhile stay pending and are delivered at the restore.
+/// Thread ids of cpuprof's running threads.
+static OWN: Mutex<Vec<libc::pid_t>> = Mutex::new(Vec::new());
+
+/// The thread ids of cpuprof's own threads now (not for signal context: it locks).
+pub fn own_tids() -> Vec<libc::pid_t> {
+    OWN.lock().clone()
+}
+
+/// The calling thread's entry in [`OWN`], for as long as it lives.
+struct OwnThread(libc::pid_t);
+
+impl OwnThread {
+    fn register() -> OwnThread {
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        OWN.lock().push(tid);
+        OwnThread(tid)
+    }
+}
+
+impl Drop for OwnThread {
+    fn drop(&mut self) {
+        OWN.lock().retain(|t| *t != self.0);
+    }
+}
+
+/// Spawns a thread of cpuprof's own that blocks every signal from its start: the creating
+/// thread blocks all signals, spawns (the new thread inherits the mask), and restores its own
+/// mask. Signals sent to the creator meanwhile stay pending and are delivered at the restore.
+/// The thread is listed as cpuprof's ([`own_tids`]) while it runs.
 pub fn spawn_signal_free<F, T>(builder: Builder, f: F) -> io::Result<JoinHandle<T>>
 where
     F: FnOnce() -> T + Send + 'static,
@@ -24,7 +53,10 @@ where
         let mut previous: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut previous);
-        let spawned = builder.spawn(f);
+        let spawned = builder.spawn(move || {
+            let _own = OwnThread::register();
+            f()
+        });
         libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut());
         spawned
     }
@@ -44,6 +76,19 @@ mod tests {
     }
 
     #[test]
+    fn own_threads_are_listed_while_they_run() {
+        let child = spawn_signal_free(Builder::new(), || {
+            // SAFETY: gettid has no preconditions.
+            let tid = unsafe { libc::gettid() };
+            (tid, own_tids().contains(&tid))
+        })
+        .unwrap();
+        let (tid, listed) = child.join().unwrap();
+        assert!(listed, "a thread of cpuprof's is listed while it runs");
+        assert!(!own_tids().contains(&tid), "and not after it ended");
+    }
+
+    #[test]
     fn the_new_thread_blocks_everything_and_the_creator_keeps_its_mask() {
         let creator_before = blocked(libc::SIGHUP);
         let child = spawn_signal_free(Builder::new(), || {
@@ -60,6 +105,8 @@ mod tests {
         })
         .unwrap();
         assert!(child.join().unwrap(), "a signal is unblocked in the new thread");
+        // SAFETY: gettid has no preconditions.
+        assert!(!own_tids().contains(&unsafe { libc::gettid() }));
         assert_eq!(blocked(libc::SIGHUP), creator_before);
         assert!(!blocked(libc::SIGTERM));
     }
