@@ -349,9 +349,20 @@ fn source_path_naming_a_device_or_fifo_is_not_read() {
         let c = dir.join(format!("{name}.c"));
         std::fs::write(&c, format!("#line 1 \"{}\"\n{text}", named.display())).unwrap();
         let binary = dir.join(name);
+        // The header beside the real source: a compile error would make cc show the line from
+        // the #line file, reading /dev/zero without end.
+        let include = root().join("tests/c");
         run_ok(
             Path::new("cc"),
-            &["-g", "-O2", c.to_str().unwrap(), "-o", binary.to_str().unwrap()],
+            &[
+                "-g",
+                "-O2",
+                "-I",
+                include.to_str().unwrap(),
+                c.to_str().unwrap(),
+                "-o",
+                binary.to_str().unwrap(),
+            ],
             &[],
         );
         let profile = dir.join(format!("{name}.prof"));

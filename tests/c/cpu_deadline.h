@@ -6,9 +6,9 @@
  * two ticks. On a loaded CPU a loop that reads it after every round then runs in slices that
  * begin at a round's start, and every tick-driven CPU timer (per-thread POSIX timers, setitimer)
  * samples what a round runs first less than what it runs last: hot_a 67-72 % for 75 %
- * (docs/DESIGN.md, "Timers"). So the CPU clock is read at most every 20 ms of wall time, timed
- * by the monotonic clock (vDSO: no system call). CPUPROF_ROUND_CLOCK=1 reads it after every
- * round, to reproduce the bias. */
+ * (docs/DESIGN.md, "Timers"). So the CPU clock is read at most every 20 ms of wall time (every
+ * 1/32 of the deadline, if that is shorter), timed by the monotonic clock (vDSO: no system
+ * call). CPUPROF_ROUND_CLOCK=1 reads it after every round, to reproduce the bias. */
 #ifndef CPU_DEADLINE_H
 #define CPU_DEADLINE_H
 #include <stdlib.h>
@@ -18,6 +18,7 @@ struct cpu_deadline {
   clockid_t clock;
   double end;
   double next_read;
+  double read_every;
   int every_round;
 };
 
@@ -29,17 +30,18 @@ static inline double cpu_deadline_clock(clockid_t clock) {
 
 /* A deadline `seconds` of `clock` (a CPU clock) from now. */
 static inline struct cpu_deadline cpu_deadline_in(clockid_t clock, double seconds) {
-  struct cpu_deadline d = {clock, cpu_deadline_clock(clock) + seconds, 0.0,
+  double read_every = seconds / 32 < 0.02 ? seconds / 32 : 0.02;
+  struct cpu_deadline d = {clock, cpu_deadline_clock(clock) + seconds, 0.0, read_every,
                            getenv("CPUPROF_ROUND_CLOCK") != NULL};
   return d;
 }
 
-/* Whether the deadline has passed; at most 20 ms of wall time late. */
+/* Whether the deadline has passed; at most 20 ms of wall time (or 1/32 of it) late. */
 static inline int cpu_deadline_passed(struct cpu_deadline *d) {
   if (!d->every_round) {
     double now = cpu_deadline_clock(CLOCK_MONOTONIC);
     if (now < d->next_read) return 0;
-    d->next_read = now + 0.02;
+    d->next_read = now + d->read_every;
   }
   return cpu_deadline_clock(d->clock) >= d->end;
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <time.h>
+#include "cpu_deadline.h"
 
 static double cpu_now(void) {
   struct timespec ts;
@@ -19,8 +20,8 @@ static double cpu_now(void) {
  * after the loop keeps each out of its caller and off the tail-call path. */
 __attribute__((noinline)) static unsigned long spin_one(double seconds) {
   volatile unsigned long x = 1;
-  double end = cpu_now() + seconds;
-  while (cpu_now() < end)
+  struct cpu_deadline deadline = cpu_deadline_in(CLOCK_PROCESS_CPUTIME_ID, seconds);
+  while (!cpu_deadline_passed(&deadline))
     for (int i = 0; i < 20000; i++) x = x * 31 + i;
   __asm__ volatile("");
   return x;
@@ -28,8 +29,8 @@ __attribute__((noinline)) static unsigned long spin_one(double seconds) {
 
 __attribute__((noinline)) static unsigned long spin_two(double seconds) {
   volatile unsigned long x = 2;
-  double end = cpu_now() + seconds;
-  while (cpu_now() < end)
+  struct cpu_deadline deadline = cpu_deadline_in(CLOCK_PROCESS_CPUTIME_ID, seconds);
+  while (!cpu_deadline_passed(&deadline))
     for (int i = 0; i < 20000; i++) x = x * 37 ^ i;
   __asm__ volatile("");
   return x;
@@ -37,8 +38,8 @@ __attribute__((noinline)) static unsigned long spin_two(double seconds) {
 
 __attribute__((noinline)) static unsigned long spin_three(double seconds) {
   volatile unsigned long x = 3;
-  double end = cpu_now() + seconds;
-  while (cpu_now() < end)
+  struct cpu_deadline deadline = cpu_deadline_in(CLOCK_PROCESS_CPUTIME_ID, seconds);
+  while (!cpu_deadline_passed(&deadline))
     for (int i = 0; i < 20000; i++) x = (x + i) * 41;
   __asm__ volatile("");
   return x;

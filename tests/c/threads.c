@@ -6,19 +6,14 @@
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <time.h>
+#include "cpu_deadline.h"
 
 static double unit;
 
-static double thread_cpu(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 static void burn(double seconds) {
   volatile unsigned long x = 0;
-  double end = thread_cpu() + seconds;
-  while (thread_cpu() < end)
+  struct cpu_deadline deadline = cpu_deadline_in(CLOCK_THREAD_CPUTIME_ID, seconds);
+  while (!cpu_deadline_passed(&deadline))
     for (int i = 0; i < 10000; i++) x = x * 31 + i;
 }
 
