@@ -274,13 +274,8 @@ fn parse_blocked(line: &[u8]) -> Option<Registers> {
     let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
     let sp = hex(fields[fields.len() - 2])?;
     let pc = hex(fields[fields.len() - 1])?;
-    // The frame pointer and rbx are not in the file: frames whose CFA needs them end the walk.
-    Some(Registers {
-        pc,
-        sp,
-        fp: 0,
-        rbx: None,
-    })
+    // The frame pointer (and rbx, or LR) are not in the file: frames whose CFA needs them end the walk.
+    Some(Registers::new(pc, sp, 0))
 }
 
 /// Reads `/proc/self/task/TID/syscall` into `line`: through a kept descriptor while fewer than

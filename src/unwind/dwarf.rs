@@ -8,14 +8,16 @@
 //! objects changes. Walks claim a preallocated framehop cache from the snapshot's pool, so
 //! nothing allocates or locks during a walk; every stack read goes through [`StackReader`].
 //! Where no CFI covers a PC (JIT code, stripped tables), framehop follows the frame pointer.
-//! Frames whose CFA is defined from rbx (ld.so's lazy-binding stubs), which framehop would
-//! walk by frame pointer, are stepped here instead ([`super::rbx_cfa`]).
+//! On x86-64, frames whose CFA is defined from rbx (ld.so's lazy-binding stubs), which framehop
+//! would walk by frame pointer, are stepped here instead ([`super::rbx_cfa`]). framehop's
+//! unwinder for the architecture comes from [`crate::arch::dwarf`].
 
+#[cfg(target_arch = "x86_64")]
 use super::rbx_cfa::{Lookup, RbxTables, RbxTablesBuilder};
 use super::stack_reader::StackReader;
 use super::Registers;
+use crate::arch::dwarf::{unwind_regs, Cache, Unwinder as ArchUnwinder};
 use crate::claim_pool::ClaimPool;
-use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, MustNotAllocateDuringUnwind, Unwinder};
 use std::ffi::{c_int, c_void, CStr};
 
@@ -25,11 +27,15 @@ type Policy = MustNotAllocateDuringUnwind;
 const CACHES: usize = 16;
 
 pub struct DwarfUnwinder {
-    unwinder: UnwinderX86_64<Vec<u8>, Policy>,
-    caches: ClaimPool<CacheX86_64<Policy>>,
+    unwinder: ArchUnwinder<Vec<u8>, Policy>,
+    caches: ClaimPool<Cache<Policy>>,
+    /// The highest code address of the modules (aarch64 strips pointer authentication with it).
+    max_code_address: u64,
     /// Frames framehop cannot step (CFA from rbx: ld.so's binding stubs) and how to follow rbx.
+    #[cfg(target_arch = "x86_64")]
     rbx: RbxTables,
     /// Code ranges of the modules, sorted: a PC stepped from rbx must land in one.
+    #[cfg(target_arch = "x86_64")]
     texts: Vec<std::ops::Range<u64>>,
     /// `dl_iterate_phdr`'s load and unload counters when this snapshot was taken.
     generation: (u64, u64),
@@ -40,13 +46,18 @@ pub struct DwarfUnwinder {
 impl DwarfUnwinder {
     /// Snapshots the unwind tables of every loaded object. Not for signal context.
     pub fn build() -> DwarfUnwinder {
-        let mut unwinder = UnwinderX86_64::new();
+        let mut unwinder = ArchUnwinder::new();
         let mut modules = 0;
         let mut table_bytes = 0;
+        #[cfg(target_arch = "x86_64")]
         let mut rbx = RbxTablesBuilder::new();
         let mut texts = Vec::new();
         let generation = for_each_object(|object| {
-            if let Some(module) = object_module(object, &mut rbx) {
+            #[cfg(target_arch = "x86_64")]
+            let module = object_module(object, &mut rbx);
+            #[cfg(not(target_arch = "x86_64"))]
+            let module = object_module(object);
+            if let Some(module) = module {
                 modules += 1;
                 table_bytes += module.1;
                 texts.push(module.0.avma_range());
@@ -54,11 +65,14 @@ impl DwarfUnwinder {
             }
         });
         texts.sort_by_key(|r| r.start);
-        let rbx = rbx.finish();
+        let max_code_address = texts.iter().map(|r| r.end).max().unwrap_or(0);
         DwarfUnwinder {
             unwinder,
-            caches: ClaimPool::new(CACHES, CacheX86_64::new_in),
-            rbx,
+            caches: ClaimPool::new(CACHES, Cache::new_in),
+            max_code_address,
+            #[cfg(target_arch = "x86_64")]
+            rbx: rbx.finish(),
+            #[cfg(target_arch = "x86_64")]
             texts,
             generation,
             modules,
@@ -83,13 +97,14 @@ impl DwarfUnwinder {
     /// Walks the stack interrupted at `regs.sp`, read through `stack`, into `out` (PC first);
     /// `None` if all caches are in use, in which case the caller walks frame pointers instead.
     /// Async-signal-safe.
+    #[cfg(target_arch = "x86_64")]
     pub fn walk(&self, regs: Registers, stack: &mut StackReader, out: &mut [u64]) -> Option<usize> {
         if out.is_empty() || regs.pc == 0 {
             return Some(0);
         }
         let mut cache = self.caches.claim()?;
         let mut read = |addr: u64| stack.read(addr).ok_or(());
-        let mut state = UnwindRegsX86_64::new(regs.pc, regs.sp, regs.fp);
+        let mut state = unwind_regs(&regs, self.max_code_address);
         // The rbx of the frame being stepped, while it is known (see `rbx_cfa`).
         let mut rbx = regs.rbx;
         let mut address = FrameAddress::from_instruction_pointer(regs.pc);
@@ -129,8 +144,38 @@ impl DwarfUnwinder {
         }
         Some(n)
     }
+
+    /// Walks the stack interrupted at `regs.sp`, read through `stack`, into `out` (PC first);
+    /// `None` if all caches are in use, in which case the caller walks frame pointers instead.
+    /// framehop takes the first frame's caller from LR where the CFI says it is still there,
+    /// and strips pointer authentication from return addresses. Async-signal-safe.
+    #[cfg(not(target_arch = "x86_64"))]
+    pub fn walk(&self, regs: Registers, stack: &mut StackReader, out: &mut [u64]) -> Option<usize> {
+        if out.is_empty() || regs.pc == 0 {
+            return Some(0);
+        }
+        let mut cache = self.caches.claim()?;
+        let mut read = |addr: u64| stack.read(addr).ok_or(());
+        let mut state = unwind_regs(&regs, self.max_code_address);
+        let mut address = FrameAddress::from_instruction_pointer(regs.pc);
+        out[0] = regs.pc;
+        let mut n = 1;
+        while n < out.len() {
+            let next = self.unwinder.unwind_frame(address, &mut state, &mut cache, &mut read);
+            match next.ok().flatten().and_then(FrameAddress::from_return_address) {
+                Some(ret) if ret.address() >= 4096 => {
+                    out[n] = ret.address();
+                    n += 1;
+                    address = ret;
+                }
+                _ => break,
+            }
+        }
+        Some(n)
+    }
 }
 
+#[cfg(target_arch = "x86_64")]
 impl DwarfUnwinder {
     /// Steps a frame whose CFA is `rbx + k` (`row`); `None` ends the walk: rbx unknown, or a
     /// result that is not a caller's frame (CFA not above sp, return address outside code).
@@ -138,7 +183,7 @@ impl DwarfUnwinder {
         &self,
         row: super::rbx_cfa::Row,
         rbx: &mut Option<u64>,
-        state: &mut UnwindRegsX86_64,
+        state: &mut crate::arch::dwarf::UnwindRegs,
         read: &mut impl FnMut(u64) -> Result<u64, ()>,
     ) -> Option<u64> {
         let cfa = rbx.and_then(|rbx| rbx.checked_add_signed(row.cfa_from_rbx?))?;
@@ -213,7 +258,10 @@ fn for_each_object(mut f: impl FnMut(&libc::dl_phdr_info)) -> (u64, u64) {
 
 /// A framehop module for one loaded object, with copies of its unwind tables, and their size.
 /// Rows that concern rbx go to `rbx` (see `rbx_cfa`).
-fn object_module(object: &libc::dl_phdr_info, rbx: &mut RbxTablesBuilder) -> Option<(Module<Vec<u8>>, usize)> {
+fn object_module(
+    object: &libc::dl_phdr_info,
+    #[cfg(target_arch = "x86_64")] rbx: &mut RbxTablesBuilder,
+) -> Option<(Module<Vec<u8>>, usize)> {
     // SAFETY: glibc passes dlpi_phnum program headers at dlpi_phdr.
     let headers = unsafe { std::slice::from_raw_parts(object.dlpi_phdr, object.dlpi_phnum as usize) };
     let bias = object.dlpi_addr;
@@ -244,6 +292,7 @@ fn object_module(object: &libc::dl_phdr_info, rbx: &mut RbxTablesBuilder) -> Opt
     // .eh_frame costs: reading every object (once each) took python importing 15 extension
     // modules from 0.35 s to 3.3 s of CPU in a debug build, ld.so alone to 0.55 s.
     // SAFETY: getauxval has no preconditions.
+    #[cfg(target_arch = "x86_64")]
     if bias == unsafe { libc::getauxval(libc::AT_BASE) } {
         rbx.add(&name, &eh_frame, eh_frame_svma_start, bias, text_start..text_end);
     }
@@ -301,12 +350,7 @@ mod tests {
 
     #[inline(never)]
     fn here() -> Registers {
-        let (pc, sp, fp): (u64, u64, u64);
-        // SAFETY: reads registers.
-        unsafe {
-            std::arch::asm!("lea {}, [rip]", "mov {}, rsp", "mov {}, rbp", out(reg) pc, out(reg) sp, out(reg) fp);
-        }
-        Registers { pc, sp, fp, rbx: None }
+        crate::arch::calling_registers()
     }
 
     #[inline(never)]
@@ -338,6 +382,7 @@ mod tests {
     /// A sample interrupted in ld.so's binding stub, on a made-up stack: the caller comes from
     /// rbx when rbx and the frame it gives are sound, and the walk stops otherwise.
     #[test]
+    #[cfg(target_arch = "x86_64")]
     fn binding_stub_frames_step_from_rbx_or_not_at_all() {
         let _fd = crate::unwind::safe_read::for_tests();
         let unwinder = DwarfUnwinder::build();
