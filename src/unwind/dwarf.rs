@@ -162,7 +162,27 @@ impl DwarfUnwinder {
         let mut n = 1;
         while n < out.len() {
             let next = self.unwinder.unwind_frame(address, &mut state, &mut cache, &mut read);
-            match next.ok().flatten().and_then(FrameAddress::from_return_address) {
+            let next = match next {
+                // framehop ends the walk at a frame record whose saved x29 is 0 (the root a
+                // thread's entry makes) without its return address: clone's thread_start
+                // below start_thread. Taken here from that record.
+                Ok(None) => {
+                    let fp = state.fp();
+                    match (read(fp), fp.checked_add(8).map(&mut read)) {
+                        (Ok(0), Some(Ok(ret))) if fp != 0 => {
+                            let ret = crate::arch::return_address(ret);
+                            if ret >= 4096 {
+                                out[n] = ret;
+                                n += 1;
+                            }
+                        }
+                        _ => {}
+                    }
+                    break;
+                }
+                next => next.ok().flatten(),
+            };
+            match next.and_then(FrameAddress::from_return_address) {
                 Some(ret) if ret.address() >= 4096 => {
                     out[n] = ret.address();
                     n += 1;
@@ -348,17 +368,19 @@ mod tests {
         assert!(!unwinder.is_stale());
     }
 
+    /// Walks this function's own stack (DWARF with `unwinder`, else frame pointers) while it is
+    /// live: the registers are this function's, not those of a callee that has returned,
+    /// whose frame the walk's own calls would overwrite.
     #[inline(never)]
-    fn here() -> Registers {
-        crate::arch::calling_registers()
-    }
-
-    #[inline(never)]
-    fn walk_from_here(unwinder: &DwarfUnwinder, out: &mut [u64]) -> usize {
-        let regs = here();
+    fn walk_from_here(unwinder: Option<&DwarfUnwinder>, out: &mut [u64]) -> usize {
+        let regs = crate::arch::calling_registers();
         let mut window = [0; 64];
         let mut stack = StackReader::new(regs.sp, None, &mut window);
-        std::hint::black_box(unwinder.walk(regs, &mut stack, out).unwrap())
+        let n = match unwinder {
+            Some(unwinder) => unwinder.walk(regs, &mut stack, out).unwrap(),
+            None => crate::unwind::walk(regs, &mut stack, out),
+        };
+        std::hint::black_box(n)
     }
 
     #[test]
@@ -366,16 +388,16 @@ mod tests {
         let _fd = crate::unwind::safe_read::for_tests();
         let unwinder = DwarfUnwinder::build();
         let mut out = [0u64; 128];
-        let n = walk_from_here(&unwinder, &mut out);
+        let n = walk_from_here(Some(&unwinder), &mut out);
         // The test harness runs us on a std thread: the walk must get through Rust's std (no
         // frame pointers) down to libc's thread start.
         assert!(n >= 8, "only {n} frames");
-        let regs = here();
-        let mut window = [0; 64];
-        let fp_n = crate::unwind::walk(regs, &mut StackReader::new(regs.sp, None, &mut window), &mut out);
+        let dwarf = out[..n].to_vec();
+        let fp_n = walk_from_here(None, &mut out);
         assert!(
             n >= fp_n,
-            "DWARF walk ({n}) should not be shorter than the frame-pointer walk ({fp_n})"
+            "DWARF walk ({n}: {dwarf:x?}) should not be shorter than the frame-pointer walk ({fp_n}: {:x?})",
+            &out[..fp_n]
         );
     }
 
