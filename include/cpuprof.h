@@ -24,6 +24,16 @@ int CpuprofServeHttp(const char *address);
  * The same as setting CPUPROFILE_DB=database in the environment. */
 int CpuprofStartDatabase(const char *database, double epoch_seconds);
 
+/* Starts a wall-clock profile of every thread into `wall_fname`: `frequency` samples per
+ * second of wall time (<= 0: the CPUPROFILE_WALL_FREQUENCY variable, else 100; at most 1000)
+ * of each thread, running, runnable or blocked, each labelled with its thread and state
+ * (cpuprof top splits functions by state; convert --to pprof gives the labels). Blocked
+ * threads are never signalled, so their calls never fail with EINTR. If `cpu_fname` is not
+ * NULL, the CPU profile (at CPUPROFILE_FREQUENCY) is written there in the same run. Stop with
+ * ProfilerStop. Returns 1 on success, 0 if already profiling or on error (on stderr). The same
+ * as setting CPUPROFILE_WALL (and CPUPROFILE) in the environment. */
+int CpuprofStartWall(const char *wall_fname, int frequency, const char *cpu_fname);
+
 #ifdef __cplusplus
 }
 #endif

@@ -9,7 +9,7 @@
 use crate::error::Error;
 use crate::sampler::{Clock, UnwinderChoice};
 use crate::session::epochs::{EpochOptions, DEFAULT_EPOCH_SECONDS};
-use crate::session::options::{clamp_depth, TimerChoice, MAX_TABLE_ENTRIES, MIN_TABLE_ENTRIES};
+use crate::session::options::{clamp_depth, TimerChoice, WallBeside, MAX_TABLE_ENTRIES, MIN_TABLE_ENTRIES};
 use crate::session::{global, Options, Report};
 use std::path::Path;
 use std::time::Duration;
@@ -81,6 +81,27 @@ impl ProfilerBuilder {
     /// Sample wall-clock time instead of CPU time (`SIGALRM`).
     pub fn real_time(mut self, on: bool) -> Self {
         self.options.clock = if on { Clock::Real } else { Clock::ProcessCpu };
+        self
+    }
+
+    /// Wall-clock mode (`CPUPROFILE_WALL`): the profile `start` writes samples every thread
+    /// `hz` times per second of wall time (1 to 1000), running, runnable or blocked, each
+    /// sample labelled with its thread and state; blocked threads are never signalled. Needs
+    /// per-thread timers (not [`TimerChoice::Itimer`] nor [`real_time`](Self::real_time)).
+    pub fn wall(mut self, hz: u32) -> Self {
+        self.options.wall = true;
+        self.options.frequency = hz.clamp(1, crate::session::options::MAX_WALL_FREQUENCY);
+        self
+    }
+
+    /// Takes a wall-clock profile of every thread into `path` beside the CPU profile `start`
+    /// writes, in the same run (`CPUPROFILE` with `CPUPROFILE_WALL`), at `hz` samples per
+    /// second of wall time (1 to 1000).
+    pub fn wall_beside(mut self, path: impl AsRef<Path>, hz: u32) -> Self {
+        self.options.wall_beside = Some(WallBeside {
+            path: path.as_ref().to_path_buf(),
+            frequency: hz.clamp(1, crate::session::options::MAX_WALL_FREQUENCY),
+        });
         self
     }
 

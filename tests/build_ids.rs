@@ -105,7 +105,9 @@ fn protobuf_carries_the_recorded_build_ids_checked_against_readelf() {
     let prog = build(&dir, false);
     let profiled_id = readelf_build_id(&prog);
     let profile = dir.join("prog.prof");
-    run_preloaded(&prog, &["hot", "0.3"], &profile, &[]);
+    // A second of CPU: enough samples of hot_b (a quarter) even when sibling tests or a busy
+    // machine leave the timer few looks (0.3 s once gave it none under load).
+    run_preloaded(&prog, &["hot", "1"], &profile, &[]);
     let libc = libc_of(&profile);
     let libc_id = readelf_build_id(Path::new(&libc));
 
@@ -171,7 +173,9 @@ fn a_binary_rebuilt_in_place_is_warned_about_and_a_matching_copy_is_preferred() 
     std::fs::create_dir_all(&saved).unwrap();
     std::fs::copy(&prog, saved.join("prog")).unwrap();
     let profile = dir.join("prog.prof");
-    run_preloaded(&prog, &["hot", "0.3"], &profile, &[]);
+    // A second of CPU: enough samples of hot_b (a quarter) even when sibling tests or a busy
+    // machine leave the timer few looks (0.3 s once gave it none under load).
+    run_preloaded(&prog, &["hot", "1"], &profile, &[]);
     let top = |extra: &[&str]| {
         let mut args = vec!["top", "-n", "50"];
         args.extend_from_slice(extra);

@@ -36,6 +36,8 @@ fn exports_exactly_the_profiler_h_functions() {
         "CpuprofServeHttp",
         // include/cpuprof.h: epoch mode into a profile database (issue 15).
         "CpuprofStartDatabase",
+        // include/cpuprof.h: wall-clock profiles, alone or beside the CPU profile (issue 16).
+        "CpuprofStartWall",
         // Interposed so that our signals wait while the program's handlers run on their
         // (possibly tiny) alternate signal stacks.
         "sigaction",
@@ -248,4 +250,51 @@ fn use_pid_names_the_file_after_the_process() {
     assert_eq!(with_pid.len(), 1, "{files:?}");
     assert!(with_pid[0]["pid.prof_".len()..].parse::<u32>().is_ok());
     assert!(!base.exists());
+}
+
+/// `CpuprofStartWall` (include/cpuprof.h): main burns 1.5 s in `burn` while a thread blocks
+/// 1.5 s in `read` under `wait_for_input`: alone, the wall profile gives each 1.5 s ± 10 %,
+/// `wait_for_input` blocked in read; with a CPU file, that one holds `burn` only.
+#[test]
+fn start_wall_takes_a_wall_profile_alone_or_beside_the_cpu_one() {
+    let dir = scratch_dir("wall-api");
+    let prog = compile_c(&dir, "wall_api.c", "wall_api", &["-O2"], true);
+    let (wall, cpu) = (dir.join("wall.prof"), dir.join("cpu.prof"));
+    for beside in [false, true] {
+        let mut args = vec![wall.to_str().unwrap()];
+        if beside {
+            args.push(cpu.to_str().unwrap());
+        }
+        let out = run_ok(&prog, &args, &[]);
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "read x\n");
+        let profile = read_profile(&wall);
+        assert!(!profile.maps.contexts.is_empty(), "samples carry thread states");
+        let total = profile.total_samples() as f64 * profile.period_us as f64 / 1e6;
+        let cum = cpuprof_top(&wall);
+        let seconds_of = |f: &str| share(&cum, f) / 100.0 * total;
+        for f in ["burn", "wait_for_input"] {
+            assert!(
+                (seconds_of(f) - 1.5).abs() <= 0.15,
+                "beside={beside}: {f} {:.3} s",
+                seconds_of(f)
+            );
+        }
+        let blocked_in_read = profile
+            .samples
+            .iter()
+            .filter(|s| s.context.as_ref().and_then(|c| c.syscall()) == Some("read"))
+            .map(|s| s.count)
+            .sum::<u64>() as f64
+            * profile.period_us as f64
+            / 1e6;
+        assert!(
+            (blocked_in_read - 1.5).abs() <= 0.15,
+            "beside={beside}: {blocked_in_read:.3} s in read"
+        );
+        if beside {
+            let on_cpu = cpuprof_top(&cpu);
+            assert!(share(&on_cpu, "burn") > 90.0, "CPU profile: {on_cpu:?}");
+            assert!(share(&on_cpu, "wait_for_input") < 1.0, "CPU profile: {on_cpu:?}");
+        }
+    }
 }

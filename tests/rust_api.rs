@@ -119,3 +119,87 @@ fn second_start_and_bad_paths_are_errors_naming_the_path() {
     guard.stop().unwrap();
     assert!(!dir.join("second.prof").exists());
 }
+
+#[inline(never)]
+fn wait_here(rx: &std::sync::mpsc::Receiver<()>) {
+    let _ = black_box(rx.recv());
+}
+
+/// The builder's wall-clock modes: a thread named `waiter` blocked 1.5 s in `wait_here` (a
+/// channel's futex wait) while the test burns 1.5 s of CPU in hot_a/hot_b. `wall(100)`: the
+/// burning spans 1.5 s ± 10 % of wall samples, and so does the waiter thread, blocked in
+/// futex; `wall_beside`: the CPU profile holds the burning 3:1 and nothing of the waiter, the
+/// wall profile the same as alone. The waiter's blocked stacks reach `wait_here` (this test
+/// binary and std are built with frame pointers, and std's channel calls `Thread::park` through
+/// a register: the frame record proven from the record above it, `unwind::frame_records`).
+#[test]
+fn wall_and_wall_beside_known_answer() {
+    let _turn = ONE_AT_A_TIME.lock();
+    let dir = scratch_dir("wall-guard");
+    let (wall, cpu) = (dir.join("wall.prof"), dir.join("cpu.prof"));
+    for beside in [false, true] {
+        let builder = Profiler::builder().report_on_stderr(false);
+        let guard = if beside {
+            builder.frequency(250).wall_beside(&wall, 100).start(&cpu)
+        } else {
+            builder.wall(100).start(&wall)
+        }
+        .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = std::thread::Builder::new()
+            .name("waiter".into())
+            .spawn(move || wait_here(&rx))
+            .unwrap();
+        let started = std::time::Instant::now();
+        while started.elapsed().as_secs_f64() < 1.5 {
+            black_box(hot_a(100_000));
+            black_box(hot_b(100_000));
+        }
+        tx.send(()).unwrap();
+        waiter.join().unwrap();
+        guard.stop().unwrap();
+        let profile = Profile::parse(&std::fs::read(&wall).unwrap()).unwrap();
+        let total = profile.total_samples() as f64 * profile.period_us as f64 / 1e6;
+        let cum = cpuprof_top(&wall);
+        let seconds = |f: &str| share(&cum, f) / 100.0 * total;
+        let burning = seconds("hot_a") + seconds("hot_b");
+        assert!(
+            (burning - 1.5).abs() <= 0.15,
+            "beside={beside}: hot_a + hot_b {burning:.3} s: {cum:?}"
+        );
+        let contexts = &profile.maps.contexts;
+        let waiter_tid = contexts
+            .thread_names
+            .iter()
+            .find(|(_, n)| *n == "waiter")
+            .map(|(t, _)| *t);
+        let waiter_in_futex: u64 = profile
+            .samples
+            .iter()
+            .filter(|s| {
+                s.context
+                    .as_ref()
+                    .is_some_and(|c| Some(c.tid) == waiter_tid && c.syscall() == Some("futex"))
+            })
+            .map(|s| s.count)
+            .sum();
+        let waited = waiter_in_futex as f64 * profile.period_us as f64 / 1e6;
+        assert!(
+            (waited - 1.5).abs() <= 0.15,
+            "beside={beside}: waiter blocked in futex {waited:.3} s"
+        );
+        let waited_here = seconds("wait_here");
+        assert!(
+            (waited_here - 1.5).abs() <= 0.15,
+            "beside={beside}: wait_here {waited_here:.3} s: {cum:?}"
+        );
+        if beside {
+            assert_three_to_one("cpuprof top of the CPU profile", &cpuprof_top(&cpu), &cpu);
+            let cpu_profile = Profile::parse(&std::fs::read(&cpu).unwrap()).unwrap();
+            assert!(
+                cpu_profile.maps.contexts.is_empty(),
+                "the CPU profile carries no states"
+            );
+        }
+    }
+}

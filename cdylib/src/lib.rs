@@ -17,6 +17,7 @@
 
 use cpuprof_core::sampler::{signals, thread_timers, StartChain, ThreadFilter, ROOT_FRAMES};
 use cpuprof_core::session::epochs::{EpochOptions, MIN_EPOCH};
+use cpuprof_core::session::options::{parse_frequency, WallBeside, DEFAULT_FREQUENCY, MAX_WALL_FREQUENCY};
 use cpuprof_core::session::{autostart, global, process_end, Options};
 use cpuprof_core::unwind::{self, StackReader, THREAD_STACKS};
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -120,6 +121,42 @@ pub unsafe extern "C" fn CpuprofStartDatabase(dir: *const c_char, epoch_seconds:
     }
     o.epochs = Some(epochs);
     start(dir, o)
+}
+
+/// Starts a wall-clock profile of every thread into `wall_fname` at `frequency` samples per
+/// second of wall time (<= 0: `CPUPROFILE_WALL_FREQUENCY`, else 100; at most 1000) and, when
+/// `cpu_fname` is not NULL, the CPU profile into it in the same run. Stopped by
+/// `ProfilerStop`. Returns 1 on success, 0 if already profiling or on error (on stderr).
+///
+/// # Safety
+/// `wall_fname` is a NUL-terminated string; `cpu_fname` NULL or one.
+#[no_mangle]
+pub unsafe extern "C" fn CpuprofStartWall(
+    wall_fname: *const c_char,
+    frequency: c_int,
+    cpu_fname: *const c_char,
+) -> c_int {
+    let var = |k: &str| std::env::var(k).ok();
+    let mut o = Options::from_env(var);
+    let hz = match frequency {
+        hz if hz > 0 => hz as u32,
+        _ => var("CPUPROFILE_WALL_FREQUENCY").map_or(DEFAULT_FREQUENCY, |hz| parse_frequency(&hz)),
+    }
+    .min(MAX_WALL_FREQUENCY);
+    if cpu_fname.is_null() {
+        o.wall = true;
+        o.frequency = hz;
+        return start(wall_fname, o);
+    }
+    if wall_fname.is_null() {
+        eprintln!("cpuprof: CpuprofStartWall: no file name for the wall-clock profile");
+        return 0;
+    }
+    o.wall_beside = Some(WallBeside {
+        path: PathBuf::from(std::ffi::OsStr::from_bytes(CStr::from_ptr(wall_fname).to_bytes())),
+        frequency: hz,
+    });
+    start(cpu_fname, o)
 }
 
 /// Starts profiling into `fname`; returns 1 on success, 0 if already running or on error.

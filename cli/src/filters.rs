@@ -192,6 +192,7 @@ pub fn profile(profile: &Profile, locator: &Locator, filters: &Filters) -> Profi
         samples.push(Sample {
             count: sample.count,
             pcs,
+            context: sample.context.clone(),
         });
     }
     Profile {

@@ -7,14 +7,15 @@ use std::path::Path;
 
 pub fn top(functions: &Functions, by_cum: bool, count: usize) -> String {
     let total = functions.total;
-    let mut rows: Vec<(&str, u64, u64)> = functions
+    let mut rows: Vec<(usize, &str, u64, u64)> = functions
         .counts
         .iter()
-        .map(|(n, c)| (n.as_str(), c.flat, c.cum))
+        .enumerate()
+        .map(|(i, (n, c))| (i, n.as_str(), c.flat, c.cum))
         .collect();
     rows.sort_by(|a, b| {
-        let key = |r: &(&str, u64, u64)| if by_cum { (r.2, r.1) } else { (r.1, r.2) };
-        key(b).cmp(&key(a)).then(a.0.cmp(b.0))
+        let key = |r: &(usize, &str, u64, u64)| if by_cum { (r.3, r.2) } else { (r.2, r.3) };
+        key(b).cmp(&key(a)).then(a.1.cmp(b.1))
     });
     let pct = |n: u64| percent(n, total);
     let seconds = total as f64 * functions.period_us as f64 / 1e6;
@@ -29,21 +30,44 @@ pub fn top(functions: &Functions, by_cum: bool, count: usize) -> String {
             pct(kept)
         );
     }
-    let _ = writeln!(
+    let states = functions.states.as_deref();
+    if states.is_some() {
+        out.push_str(
+            "Thread states: each function's cumulative samples on a CPU, runnable (waiting for one) and \
+             blocked, with the system call most of them waited in\n",
+        );
+    }
+    let _ = write!(
         out,
-        "{:>8} {:>6} {:>6} {:>8} {:>6}  function",
+        "{:>8} {:>6} {:>6} {:>8} {:>6}  ",
         "flat", "flat%", "sum%", "cum", "cum%"
     );
+    if states.is_some() {
+        let _ = write!(out, "{:>6} {:>8} {:>7} {:<16} ", "on-CPU", "runnable", "blocked", "in");
+    }
+    out.push_str("function\n");
     let mut sum = 0u64;
-    for (name, f, c) in rows.into_iter().take(count) {
+    for (i, name, f, c) in rows.into_iter().take(count) {
         sum = sum.saturating_add(f);
-        let _ = writeln!(
+        let _ = write!(
             out,
-            "{f:>8} {:>5.1}% {:>5.1}% {c:>8} {:>5.1}%  {name}",
+            "{f:>8} {:>5.1}% {:>5.1}% {c:>8} {:>5.1}%  ",
             pct(f),
             pct(sum),
             pct(c)
         );
+        if let Some(split) = states.and_then(|s| s.get(i)) {
+            let of = |n: u64| percent(n, c);
+            let _ = write!(
+                out,
+                "{:>5.1}% {:>7.1}% {:>6.1}% {:<16} ",
+                of(split.on_cpu),
+                of(split.runnable),
+                of(split.blocked),
+                split.main_wait().unwrap_or("-")
+            );
+        }
+        let _ = writeln!(out, "{name}");
     }
     out
 }

@@ -11,8 +11,8 @@
 use crate::filters::{Filtering, Filters};
 use crate::progress::Progress;
 use crate::symbolize::{Locator, Symbolizer};
-use cpuprof::format::{scan, FastHash, Maps, Profile, Scan};
-use std::collections::HashMap;
+use cpuprof::format::{scan, FastHash, Maps, Profile, ReadContext, Scan, StateKind};
+use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasher;
 
 pub struct Stacks {
@@ -43,6 +43,40 @@ const EMPTY: u64 = u64::MAX;
 pub struct Counts {
     pub flat: u64,
     pub cum: u64,
+}
+
+/// How a function's cumulative samples of a wall-clock profile divide by thread state.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StateSplit {
+    pub on_cpu: u64,
+    pub runnable: u64,
+    pub blocked: u64,
+    /// Blocked samples by the system call waited in (`fault` for none).
+    pub blocked_in: BTreeMap<String, u64>,
+}
+
+impl StateSplit {
+    fn add(&mut self, context: &ReadContext, count: u64) {
+        match context.kind() {
+            StateKind::OnCpu => self.on_cpu = self.on_cpu.saturating_add(count),
+            StateKind::Runnable => self.runnable = self.runnable.saturating_add(count),
+            StateKind::Blocked => {
+                self.blocked = self.blocked.saturating_add(count);
+                let call = context.syscall().unwrap_or(&context.state);
+                let n = self.blocked_in.entry(call.to_string()).or_default();
+                *n = n.saturating_add(count);
+            }
+        }
+    }
+
+    /// The system call most of the blocked samples waited in.
+    pub fn main_wait(&self) -> Option<&str> {
+        let (call, _) = self
+            .blocked_in
+            .iter()
+            .max_by_key(|(call, n)| (**n, std::cmp::Reverse(*call)))?;
+        Some(call)
+    }
 }
 
 /// Every function name once, by id. Ids fit in a u32: each distinct name comes from a
@@ -121,7 +155,7 @@ fn read_chains(
     locator: &Locator,
     filters: &Filters,
     names: &mut NameTable,
-    mut add: impl FnMut(&[u32], u64),
+    mut add: impl FnMut(&[u32], u64, Option<&ReadContext>),
 ) -> u64 {
     let mut addresses = Addresses::new(&outline.maps, locator);
     let mut filtering = Filtering::new(filters);
@@ -131,11 +165,12 @@ fn read_chains(
     // defect) is already known.
     let _ = scan(bytes, |record| {
         progress.update(done);
+        let context = outline.maps.contexts.of(done as u64);
         done += 1;
         record.pcs_into(&mut pcs);
         addresses.chain(names, &pcs, &mut chain);
         match filtering.apply(&chain, &names.names) {
-            Some(kept) => add(kept, record.count),
+            Some(kept) => add(kept, record.count, context),
             None => removed = removed.saturating_add(record.count),
         }
     });
@@ -150,10 +185,12 @@ struct Tally {
     counted_in: Vec<u64>,
     chains: u64,
     total: u64,
+    /// Wall-clock profiles: each function's samples by thread state.
+    states: Vec<StateSplit>,
 }
 
 impl Tally {
-    fn add(&mut self, chain: &[u32], count: u64) {
+    fn add(&mut self, chain: &[u32], count: u64, context: Option<&ReadContext>) {
         self.chains += 1;
         // Sums saturate: a parsed profile's total fits in a u64, but DCPI files are summed
         // across files.
@@ -167,6 +204,12 @@ impl Tally {
             if self.counted_in[id] != self.chains {
                 self.counted_in[id] = self.chains;
                 self.counts[id].cum = self.counts[id].cum.saturating_add(count);
+                if let Some(context) = context {
+                    if id >= self.states.len() {
+                        self.states.resize(id + 1, StateSplit::default());
+                    }
+                    self.states[id].add(context, count);
+                }
             }
         }
         if let Some(&leaf) = chain.last() {
@@ -184,6 +227,9 @@ pub struct Functions {
     /// With filters: the samples they kept.
     pub kept: Option<u64>,
     pub counts: Vec<(String, Counts)>,
+    /// Wall-clock profiles (whose samples carry thread states): each function's split, by
+    /// the index of its row in `counts`.
+    pub states: Option<Vec<StateSplit>>,
 }
 
 impl Functions {
@@ -191,27 +237,38 @@ impl Functions {
     /// [`Stacks::read`] for `outline`), as `filters` leave them; no chain is kept.
     pub fn read(bytes: &[u8], outline: &Scan, locator: &Locator, filters: &Filters) -> Functions {
         let (mut names, mut tally) = (NameTable::default(), Tally::default());
-        let removed = read_chains(bytes, outline, locator, filters, &mut names, |chain, count| {
-            tally.add(chain, count)
+        let removed = read_chains(bytes, outline, locator, filters, &mut names, |chain, count, context| {
+            tally.add(chain, count, context)
         });
-        Functions::new(outline.period_us, names, tally, removed, filters.active())
+        let has_states = !outline.maps.contexts.is_empty();
+        Functions::new(outline.period_us, names, tally, removed, filters.active(), has_states)
     }
 
-    fn new(period_us: u64, names: NameTable, mut tally: Tally, removed: u64, filtered: bool) -> Functions {
+    fn new(
+        period_us: u64,
+        names: NameTable,
+        mut tally: Tally,
+        removed: u64,
+        filtered: bool,
+        has_states: bool,
+    ) -> Functions {
         // A name met only in chains of no samples (DCPI) still gets its (zero) row; one met
         // only in frames the filters dropped or hid does not, as in pprof.
         tally.counts.resize(names.names.len(), Counts::default());
-        let counts = names
+        tally.states.resize(names.names.len(), StateSplit::default());
+        let (counts, states): (Vec<_>, Vec<_>) = names
             .names
             .into_iter()
             .zip(tally.counts)
-            .filter(|(_, c)| !filtered || c.cum > 0)
-            .collect();
+            .zip(tally.states)
+            .filter(|((_, c), _)| !filtered || c.cum > 0)
+            .unzip();
         Functions {
             period_us,
             total: tally.total.saturating_add(removed),
             kept: filtered.then_some(tally.total),
             counts,
+            states: has_states.then_some(states),
         }
     }
 }
@@ -236,7 +293,7 @@ impl Stacks {
     pub fn read(bytes: &[u8], outline: &Scan, locator: &Locator, filters: &Filters) -> Stacks {
         let mut stacks = Stacks::new(outline.period_us);
         let mut names = std::mem::take(&mut stacks.names);
-        stacks.removed = read_chains(bytes, outline, locator, filters, &mut names, |chain, count| {
+        stacks.removed = read_chains(bytes, outline, locator, filters, &mut names, |chain, count, _| {
             stacks.add(chain, count)
         });
         stacks.names = names;
@@ -372,13 +429,14 @@ impl Stacks {
             self.tally(),
             self.removed,
             self.filtered,
+            false,
         )
     }
 
     fn tally(&self) -> Tally {
         let mut tally = Tally::default();
         for i in 0..self.chains.len() {
-            tally.add(self.chain(i), self.chains[i].1);
+            tally.add(self.chain(i), self.chains[i].1, None);
         }
         tally
     }

@@ -1,6 +1,7 @@
 //! The text list of mapped objects that ends a profile (the process's `/proc/self/maps`).
 
 use super::build_id;
+use super::sample_context::SampleContexts;
 use super::signal_weights::SignalWeights;
 use std::collections::HashMap;
 
@@ -39,19 +40,23 @@ pub struct Maps {
     pub entries: Vec<MapEntry>,
     /// The signals behind the samples, from a `# signal-weights` line; `None` when not recorded.
     pub signal_weights: Option<SignalWeights>,
+    /// Wall-clock profiles: each record's thread and state, and the threads' names.
+    pub contexts: SampleContexts,
 }
 
 impl Maps {
     /// Parses the text section. Unrecognised lines are skipped, as the format requires;
     /// `$build` in paths is replaced by the path of the last `build=` line; a `# build-id`
     /// line gives its build-id to the mapping with its address range; a `# signal-weights`
-    /// line gives the profile's signal weights.
+    /// line gives the profile's signal weights; `# context` and `# thread` lines give the
+    /// records' contexts.
     pub fn parse(text: &[u8]) -> Maps {
         let text = String::from_utf8_lossy(text);
         let mut build: Option<String> = None;
         let mut entries = Vec::new();
         let mut build_ids = HashMap::new();
         let mut signal_weights = None;
+        let mut contexts = SampleContexts::default();
         for line in text.lines() {
             if let Some(path) = line.trim_start().strip_prefix("build=") {
                 build = Some(path.trim().to_string());
@@ -63,6 +68,9 @@ impl Maps {
             }
             if let Some(weights) = SignalWeights::parse_line(line) {
                 signal_weights = signal_weights.or(Some(weights));
+                continue;
+            }
+            if contexts.parse_line(line) {
                 continue;
             }
             if let Some(mut entry) = parse_line(line) {
@@ -77,9 +85,11 @@ impl Maps {
                 e.build_id = build_ids.get(&(e.start, e.end)).cloned();
             }
         }
+        contexts.finish();
         Maps {
             entries,
             signal_weights,
+            contexts,
         }
     }
 

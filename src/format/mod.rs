@@ -12,12 +12,14 @@ pub mod fast_hash;
 pub mod maps;
 pub mod pprof;
 pub mod reader;
+pub mod sample_context;
 pub mod signal_weights;
 pub mod writer;
 
 pub use fast_hash::FastHash;
 pub use maps::{MapEntry, Maps};
 pub use reader::{scan, ParseError, ParseErrorKind, Profile, Record, Sample, Scan};
+pub use sample_context::{ReadContext, SampleContext, SampleContexts, StateKind, ThreadState};
 pub use signal_weights::SignalWeights;
 pub use writer::ProfileWriter;
 

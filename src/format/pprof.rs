@@ -6,7 +6,7 @@
 //! writes, and it keeps protobuf code generation (and its build dependencies) out of the
 //! library that is preloaded into other programs.
 
-use super::Profile;
+use super::{Profile, StateKind};
 use std::collections::HashMap;
 
 /// A mapped object (`Mapping`).
@@ -36,16 +36,27 @@ pub struct Location {
     pub frames: Vec<Frame>,
 }
 
-/// A call chain (indices into `Pprof::locations`, leaf first) seen `count` times.
+/// A call chain (indices into `Pprof::locations`, leaf first) seen `count` times, with its
+/// labels (`Label`: a string or a number per key).
 #[derive(Clone, Debug)]
 pub struct Sample {
     pub locations: Vec<usize>,
     pub count: u64,
+    pub labels: Vec<(String, LabelValue)>,
 }
 
-/// A CPU profile to encode.
+/// The value of a sample's label.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LabelValue {
+    Text(String),
+    Number(i64),
+}
+
+/// A CPU or wall-clock profile to encode.
 #[derive(Clone, Debug, Default)]
 pub struct Pprof {
+    /// The second sample type and the period's: `cpu` (the default when empty) or `wall`.
+    pub kind: &'static str,
     pub period_ns: u64,
     /// Start of the profile, nanoseconds since the epoch (0: unknown).
     pub time_ns: u64,
@@ -67,7 +78,9 @@ impl Pprof {
         mut frames: impl FnMut(u64) -> Vec<Frame>,
         mut build_id: impl FnMut(&str) -> String,
     ) -> Pprof {
+        let has_contexts = profile.samples.iter().any(|s| s.context.is_some());
         let mut pprof = Pprof {
+            kind: if has_contexts { "wall" } else { "cpu" },
             period_ns: profile.period_us * 1000,
             ..Pprof::default()
         };
@@ -108,9 +121,32 @@ impl Pprof {
                     })
                 })
                 .collect();
+            let labels = match &s.context {
+                Some(context) => {
+                    let (state, syscall) = match context.kind() {
+                        StateKind::OnCpu => ("on-cpu", None),
+                        StateKind::Runnable => ("runnable", None),
+                        StateKind::Blocked => ("blocked", context.syscall()),
+                    };
+                    let mut labels = vec![
+                        (
+                            "thread".to_string(),
+                            LabelValue::Text(profile.maps.contexts.thread_label(context.tid)),
+                        ),
+                        ("thread_id".to_string(), LabelValue::Number(i64::from(context.tid))),
+                        ("state".to_string(), LabelValue::Text(state.to_string())),
+                    ];
+                    if let Some(call) = syscall {
+                        labels.push(("syscall".to_string(), LabelValue::Text(call.to_string())));
+                    }
+                    labels
+                }
+                None => Vec::new(),
+            };
             pprof.samples.push(Sample {
                 locations,
                 count: s.count,
+                labels,
             });
         }
         pprof
@@ -123,7 +159,7 @@ impl Pprof {
         let (samples, count, cpu, nanoseconds) = (
             strings.id("samples"),
             strings.id("count"),
-            strings.id("cpu"),
+            strings.id(if self.kind.is_empty() { "cpu" } else { self.kind }),
             strings.id("nanoseconds"),
         );
         for (kind, unit) in [(samples, count), (cpu, nanoseconds)] {
@@ -136,6 +172,17 @@ impl Pprof {
             message(&mut out, 2, |m| {
                 packed(m, 1, s.locations.iter().map(|&l| l as u64 + 1));
                 packed(m, 2, [s.count, s.count.saturating_mul(self.period_ns)].into_iter());
+                for (name, value) in &s.labels {
+                    let name = strings.id(name);
+                    message(m, 3, |l| {
+                        uint(l, 1, name);
+                        match value {
+                            LabelValue::Text(text) => uint(l, 2, strings.id(text)),
+                            // Protobuf's int64 varint: two's complement as a u64.
+                            LabelValue::Number(n) => uint(l, 3, *n as u64),
+                        }
+                    });
+                }
             });
         }
         // What each mapping's locations hold (functions, files, lines, inlined frames), in
@@ -374,6 +421,7 @@ mod tests {
             samples: vec![Sample {
                 locations: vec![0, 1],
                 count: 3,
+                labels: Vec::new(),
             }],
             ..Default::default()
         };

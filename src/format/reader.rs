@@ -1,6 +1,6 @@
 //! Reads legacy profiles of any slot width and byte order.
 
-use super::{ByteOrder, FastHash, Maps, SlotFormat};
+use super::{ByteOrder, FastHash, Maps, ReadContext, SlotFormat};
 use std::collections::HashMap;
 use std::fmt;
 
@@ -10,6 +10,9 @@ pub struct Sample {
     pub count: u64,
     /// Interrupted PC first, then return addresses, outermost caller last.
     pub pcs: Vec<u64>,
+    /// Wall-clock profiles: the thread and state the samples were taken in (chains are summed
+    /// only within one context).
+    pub context: Option<ReadContext>,
 }
 
 /// A parsed profile.
@@ -45,8 +48,20 @@ impl Profile {
     /// the damage, together with the error that stopped the reading.
     pub fn parse_lenient(bytes: &[u8]) -> Result<(Profile, Option<ParseError>), ParseError> {
         let mut merged = Merger::default();
-        let (scan, defect) = scan(bytes, |record| merged.add(record))?;
-        Ok((merged.finish(scan), defect))
+        let (read, defect) = scan(bytes, |record| merged.add(record, None))?;
+        if read.maps.contexts.is_empty() {
+            return Ok((merged.finish(read), defect));
+        }
+        // A wall-clock profile, whose contexts follow the records: read again, keeping the
+        // samples of different threads and states apart.
+        let mut merged = Merger::default();
+        let contexts = &read.maps.contexts;
+        let mut ordinal = 0;
+        let _ = scan(bytes, |record| {
+            merged.add(record, contexts.of(ordinal));
+            ordinal += 1;
+        });
+        Ok((merged.finish(read), defect))
     }
 }
 
@@ -227,11 +242,25 @@ struct Merger {
     counts: Vec<u64>,
     /// The record being looked up, decoded.
     pcs: Vec<u64>,
+    /// Wall-clock profiles: each distinct (chain, context), and where its count is.
+    with_context: HashMap<(Vec<u64>, ReadContext), usize, FastHash>,
 }
 
 impl Merger {
-    fn add(&mut self, record: Record<'_>) {
+    fn add(&mut self, record: Record<'_>, context: Option<&ReadContext>) {
         record.pcs_into(&mut self.pcs);
+        if let Some(context) = context {
+            let key = (std::mem::take(&mut self.pcs), context.clone());
+            let next = self.counts.len();
+            match self.with_context.entry(key) {
+                std::collections::hash_map::Entry::Occupied(e) => self.counts[*e.get()] += record.count,
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(next);
+                    self.counts.push(record.count);
+                }
+            }
+            return;
+        }
         match self.index.get(&self.pcs[..]) {
             // No overflow: a chain's count is at most the profile's total, which `scan` keeps
             // below 2^64.
@@ -248,10 +277,18 @@ impl Merger {
         let mut samples: Vec<Sample> = self
             .counts
             .iter()
-            .map(|&count| Sample { count, pcs: Vec::new() })
+            .map(|&count| Sample {
+                count,
+                pcs: Vec::new(),
+                context: None,
+            })
             .collect();
         for (pcs, i) in self.index {
             samples[i].pcs = pcs;
+        }
+        for ((pcs, context), i) in self.with_context {
+            samples[i].pcs = pcs;
+            samples[i].context = Some(context);
         }
         Profile {
             format: scan.format,
@@ -375,11 +412,13 @@ mod tests {
                 vec![
                     Sample {
                         count: 6,
-                        pcs: vec![0xa0000, 0xc0000, 0xe0000]
+                        pcs: vec![0xa0000, 0xc0000, 0xe0000],
+                        context: None,
                     },
                     Sample {
                         count: 2,
-                        pcs: vec![0xb0000]
+                        pcs: vec![0xb0000],
+                        context: None,
                     },
                 ]
             );

@@ -14,6 +14,7 @@ pub struct ProfileWriter<W: Write> {
     format: SlotFormat,
     scratch: Vec<u8>,
     bytes_written: u64,
+    records_written: u64,
 }
 
 impl<W: Write> ProfileWriter<W> {
@@ -24,6 +25,7 @@ impl<W: Write> ProfileWriter<W> {
             format,
             scratch: Vec::with_capacity(4096),
             bytes_written: 0,
+            records_written: 0,
         };
         for slot in [0, 3, 0, period_us, 0] {
             format.put(slot, &mut w.scratch);
@@ -40,6 +42,7 @@ impl<W: Write> ProfileWriter<W> {
         }
         let max = self.format.max_value();
         let mut left = count;
+        let mut records = 0;
         while left > 0 {
             let chunk = left.min(max);
             self.format.put(chunk, &mut self.scratch);
@@ -48,8 +51,16 @@ impl<W: Write> ProfileWriter<W> {
                 self.format.put(pc, &mut self.scratch);
             }
             left -= chunk;
+            records += 1;
         }
-        self.emit()
+        self.emit()?;
+        self.records_written += records;
+        Ok(())
+    }
+
+    /// Records handed to the sink so far: the ordinal the next record will have.
+    pub fn records_written(&self) -> u64 {
+        self.records_written
     }
 
     /// Writes the trailer and the maps text, flushes, and returns the sink.

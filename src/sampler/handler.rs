@@ -8,10 +8,10 @@
 use super::thread_timers::ThreadTimerKind;
 use super::timer::Clock;
 use super::walk_stack::Workspace;
-use super::{perf_event, thread_accounts};
+use super::{perf_event, runnable_debts, thread_accounts};
 use crate::arch::{interrupted_registers, SigInfoFields};
 use crate::claim_pool::ClaimPool;
-use crate::format::SignalWeights;
+use crate::format::{SampleContext, SignalWeights, ThreadState};
 use crate::table::{CallChainTable, TableConfig};
 use crate::unwind::{self, thread_pointer, DwarfUnwinder, Registers, StackReader, THREAD_STACKS};
 use std::ffi::{c_int, c_void};
@@ -62,6 +62,26 @@ pub struct SamplerState {
     pub interrupts: AtomicU64,
     /// The weights of the samples recorded, for their effective number of observations.
     weights: WeightCounters,
+    /// Which samples carry their thread and state.
+    labels: Labels,
+    /// [`Labels::Beside`]: the weights of the wall profile's samples.
+    wall_weights: WeightCounters,
+}
+
+/// Which samples carry their thread and state ([`SampleContext`]: a marker ending the chain,
+/// which the writer takes off into the file's context lines) and so belong to a wall profile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Labels {
+    /// A CPU profile: none.
+    None,
+    /// A wall-clock profile: every sample.
+    All,
+    /// A wall-clock profile beside the CPU profile: CPU samples are recorded plain, and
+    /// labelled for the wall profile as many times as the thread's CPU time they cover holds
+    /// multiples of the wall period (systematic thinning per thread: over a thread's life its
+    /// samples cover its CPU time end to end, so its wall samples add up to its CPU time in
+    /// wall periods); the wall sampler's samples are labelled.
+    Beside { cpu_period_ns: u64, wall_period_ns: u64 },
 }
 
 /// Running sums of recorded samples' weights ([`SignalWeights`]). Relaxed atomics: the sums
@@ -82,6 +102,14 @@ impl WeightCounters {
         self.sum_of_squares
             .fetch_add(weight.saturating_mul(weight), Ordering::Relaxed);
     }
+
+    fn snapshot(&self) -> SignalWeights {
+        SignalWeights {
+            signals: self.signals.load(Ordering::Relaxed),
+            sum: self.sum.load(Ordering::Relaxed),
+            sum_of_squares: self.sum_of_squares.load(Ordering::Relaxed),
+        }
+    }
 }
 
 impl SamplerState {
@@ -90,8 +118,11 @@ impl SamplerState {
         filter: Option<ThreadFilter>,
         unwinder: UnwinderChoice,
         source: SampleSource,
+        labels: Labels,
     ) -> Self {
         SamplerState {
+            labels,
+            wall_weights: WeightCounters::default(),
             unwinder,
             source,
             workspaces: ClaimPool::new(concurrent_handlers(), || Workspace::new(table.max_depth)),
@@ -141,17 +172,78 @@ impl SamplerState {
             return;
         };
         let n = self.walk(interrupted_registers(uc), true, &mut workspace);
-        self.table.record(&workspace.frames[..n], weight);
-        self.weights.add(weight);
+        self.record_own(&mut workspace.frames, n, weight);
+    }
+
+    /// Records `weight` periods of the calling thread's time on the CPU at the chain
+    /// `frames[..n]`, as the labels ask: plain, labelled, or both; `frames` may be overwritten
+    /// past `n`. Async-signal-safe.
+    fn record_own(&self, frames: &mut [u64], n: usize, weight: u64) {
+        if n == 0 || frames.is_empty() {
+            return;
+        }
+        let wall_share = match self.labels {
+            Labels::None => {
+                self.table.record(&frames[..n], weight);
+                self.weights.add(weight);
+                return;
+            }
+            Labels::All => weight,
+            Labels::Beside {
+                cpu_period_ns,
+                wall_period_ns,
+            } => {
+                self.table.record(&frames[..n], weight);
+                self.weights.add(weight);
+                let now = thread_cpu_ns();
+                let covered = weight.saturating_mul(cpu_period_ns);
+                now / wall_period_ns - now.saturating_sub(covered) / wall_period_ns
+            }
+        };
+        // The chain ends in this thread's on-CPU marker, in place of its outermost frame if it
+        // fills `frames`.
+        let context = SampleContext {
+            // SAFETY: gettid is a plain system call.
+            tid: unsafe { libc::gettid() } as u32,
+            state: ThreadState::OnCpu,
+        };
+        let n = n.min(frames.len() - 1) + 1;
+        frames[n - 1] = context.marker();
+        if wall_share > 0 {
+            self.table.record(&frames[..n], wall_share);
+            self.label_weights().add(wall_share);
+        }
+        // Time the wall sampler found this thread runnable since its last sample: charged to
+        // the stack it is at now, where it was preempted (`runnable_debts`).
+        let owed = runnable_debts::take(context.tid);
+        if owed > 0 {
+            frames[n - 1] = SampleContext {
+                state: ThreadState::Runnable,
+                ..context
+            }
+            .marker();
+            self.table.record(&frames[..n], owed);
+            self.label_weights().add(owed);
+        }
+    }
+
+    /// The weights labelled samples count in: the wall profile's own beside a CPU profile.
+    fn label_weights(&self) -> &WeightCounters {
+        match self.labels {
+            Labels::Beside { .. } => &self.wall_weights,
+            _ => &self.weights,
+        }
+    }
+
+    /// The weights of the wall profile's samples beside a CPU profile
+    /// ([`Labels::Beside`]).
+    pub fn wall_signal_weights(&self) -> SignalWeights {
+        self.wall_weights.snapshot()
     }
 
     /// The weights of the samples recorded so far.
     pub fn signal_weights(&self) -> SignalWeights {
-        SignalWeights {
-            signals: self.weights.signals.load(Ordering::Relaxed),
-            sum: self.weights.sum.load(Ordering::Relaxed),
-            sum_of_squares: self.weights.sum_of_squares.load(Ordering::Relaxed),
-        }
+        self.weights.snapshot()
     }
 
     /// Walks the stack at `regs` into `workspace.frames`, on the workspace's own stack, as
@@ -176,7 +268,8 @@ impl SamplerState {
         workspace.run(|frames, window| {
             let mut stack = StackReader::new(regs.sp, top, window);
             // SAFETY: a published unwinder stays alive while IN_FLIGHT is non-zero (`set_dwarf`).
-            match unsafe { dwarf.as_ref() }.and_then(|d| d.walk(regs, &mut stack, frames)) {
+            // Another thread's registers come from /proc/.../syscall, without rbp.
+            match unsafe { dwarf.as_ref() }.and_then(|d| d.walk(regs, &mut stack, frames, !own)) {
                 Some(n) => n,
                 None => unwind::walk(regs, &mut stack, frames),
             }
@@ -293,17 +386,43 @@ pub fn unpublish() -> Option<Arc<SamplerState>> {
     Some(unsafe { Arc::from_raw(ptr) })
 }
 
-/// Adds `weight` samples of the call chain `pcs` from outside signal context: a thread settling,
-/// as it exits, what its timer owed it. Nothing is recorded when no profile is running.
+/// Adds `weight` samples of the calling thread's call chain `pcs` from outside signal context:
+/// a thread settling, as it exits, what its timer owed it (time on the CPU). Nothing is
+/// recorded when no profile is running.
 pub fn record_outside_handler(pcs: &[u64], weight: u64) {
     IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
     // SAFETY: the state stays alive while IN_FLIGHT is non-zero (see `unpublish`).
     if let Some(state) = unsafe { CURRENT.load(Ordering::SeqCst).as_ref() } {
-        state.table.record(pcs, weight);
-        state.weights.add(weight);
+        let mut chain = [0u64; thread_accounts::ROOT_FRAMES + 2];
+        let kept = pcs.len().min(chain.len() - 1);
+        chain[..kept].copy_from_slice(&pcs[..kept]);
+        state.record_own(&mut chain, kept, weight);
     }
     IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
 }
+
+/// Adds `weight` samples of another thread's call chain `pcs`, ending in its context's marker
+/// when the profile records contexts (the wall sampler's looks at threads off the CPU).
+pub fn record_other_thread(pcs: &[u64], context: SampleContext, weight: u64) {
+    IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+    // SAFETY: the state stays alive while IN_FLIGHT is non-zero (see `unpublish`).
+    if let Some(state) = unsafe { CURRENT.load(Ordering::SeqCst).as_ref() } {
+        if state.labels != Labels::None && !pcs.is_empty() {
+            let mut chain = [0u64; MAX_CONTEXT_CHAIN];
+            let kept = pcs.len().min(chain.len() - 1);
+            chain[..kept].copy_from_slice(&pcs[..kept]);
+            chain[kept] = context.marker();
+            state.table.record(&chain[..=kept], weight);
+        } else {
+            state.table.record(pcs, weight);
+        }
+        state.label_weights().add(weight);
+    }
+    IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// The longest chain [`record_other_thread`] keeps, its marker included.
+const MAX_CONTEXT_CHAIN: usize = 256;
 
 /// Records a profiling signal that was taken off the queue instead of delivered (before an
 /// `exec`, which could deliver it to the new image), as a sample of `pc`: POSIX timer signals
@@ -320,10 +439,19 @@ pub fn record_taken_signal(info: &libc::siginfo_t, pc: u64) {
             1
         };
         state.interrupts.fetch_add(1, Ordering::Relaxed);
-        state.table.record(&[pc], weight);
-        state.weights.add(weight);
+        state.record_own(&mut [pc, 0], 1, weight);
     }
     IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// The calling thread's CPU time, in ns. Async-signal-safe (a system call).
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: fills a local timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
 }
 
 /// The `SA_SIGINFO` handler for the profiling signal.

@@ -2,6 +2,7 @@
 
 pub mod handler;
 mod perf_event;
+pub mod runnable_debts;
 pub mod signals;
 mod thread_accounts;
 pub mod thread_timers;
@@ -10,7 +11,7 @@ mod walk_stack;
 
 pub use crate::arch::{calling_registers, interrupted_registers};
 pub use handler::{
-    on_profiling_signal, publish, refresh_dwarf, set_dwarf, unpublish, wait_for_handlers, walk_outside_handler,
+    on_profiling_signal, publish, refresh_dwarf, set_dwarf, unpublish, wait_for_handlers, walk_outside_handler, Labels,
     SampleSource, SamplerState, ThreadFilter, UnwinderChoice,
 };
 pub use signals::SignalError;

@@ -18,10 +18,25 @@
 //!
 //! Threads are armed when profiling starts (all of `/proc/self/task`), when they start
 //! ([`on_thread_start`], called by the `pthread_create` interposer of libcpuprof.so and by
-//! `ProfilerRegisterThread`), and by the writer thread's poll of `/proc/self/task` for threads
+//! `ProfilerRegisterThread`), and by the writer thread's poll ([`sync_with_tasks`]) for threads
 //! nothing announced. A thread's timer is deleted when it exits (a pthread key destructor set by
 //! `on_thread_start`) or when the poll finds it gone, so timers never accumulate. A thread no
 //! timer could be armed for is counted and reported at stop.
+//!
+//! The poll is the safety net for threads that bypass the interposer (raw `clone`, a program
+//! using only the Rust crate, threads that exit without running key destructors), and it must
+//! stay cheap in a server with thousands of idle threads: listing `/proc/self/task` costs
+//! ~0.95 ms with 1,000 threads, which every writer tick made 2.5 % of a core. So each tick
+//! compares the kernel's thread count (one `fstat`, [`crate::sys::procfs::self_thread_count`])
+//! with the threads the registry accounts for, and lists only when they differ; threads
+//! started and ended through the interposer keep the two equal by themselves. A thread that
+//! ends without telling us while another starts the same way keeps the count equal too (a
+//! pool of raw or non-interposed threads replacing each other), so the poll also lists on a
+//! schedule: at every tick until [`LISTING_INTERVAL`] has passed since a listing last found
+//! threads nothing announced (such a process is polled as closely as before), then at gaps
+//! doubling from [`FIRST_QUIET_GAP`] to [`LISTING_INTERVAL`] (longer only when listing is
+//! slow, see [`LISTING_SHARE`]), which bounds how long a thread can go unsampled, or a gone
+//! thread keep its timer, in a process whose threads had all been announced.
 
 use super::{perf_event, signals, thread_accounts};
 use crate::sync::Mutex;
@@ -50,6 +65,21 @@ unsafe impl Send for Armed {}
 
 /// How often the writer checks that the program has not closed our perf descriptors.
 const IDENTITY_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+/// The first gap between scheduled listings of `/proc/self/task` once they have found no
+/// thread nothing announced for [`LISTING_INTERVAL`]; it doubles after each quiet listing.
+const FIRST_QUIET_GAP: Duration = Duration::from_millis(25);
+/// The longest the poll goes without listing while the thread count says nothing changed: how
+/// long a thread started by raw `clone` while another ended unannounced can go unsampled in a
+/// quiet process. Also how long the poll lists at every tick after a listing found such
+/// threads: a process that makes them at all is likely to make more, and may replace them one
+/// for one (the relays of `tests/c/raw_clone.c`: 78 % of their CPU time sampled with the
+/// doubling gaps right after each find, 90 % as before this schedule, with this).
+const LISTING_INTERVAL: Duration = Duration::from_secs(1);
+/// Scheduled listings in a quiet process take at most this share of the writer's time
+/// (1 / 1000: 0.1 % of a core): with tens of thousands of threads one listing takes tens of
+/// milliseconds, and the longest gap grows with it, up to [`MAX_LISTING_INTERVAL`].
+const LISTING_SHARE: u32 = 1000;
+const MAX_LISTING_INTERVAL: Duration = Duration::from_secs(10);
 
 struct Timers {
     /// The kind asked for; threads that cannot have a perf event get a POSIX timer.
@@ -57,6 +87,8 @@ struct Timers {
     signal: c_int,
     period_ns: u64,
     armed: HashMap<libc::pid_t, Armed>,
+    /// How many of `armed` are perf events (held against the descriptor budget).
+    perf_armed: usize,
     /// cpuprof's own threads, never armed.
     excluded: Vec<libc::pid_t>,
     /// The process profiling. A forked child inherits this registry but not the session's
@@ -71,6 +103,21 @@ struct Timers {
     /// Perf descriptors the program closed or reused (their threads were re-armed).
     perf_fds_taken: usize,
     last_identity_check: Instant,
+    /// Threads of the last listing that are neither in `armed` nor in `unarmed` (cpuprof's
+    /// own, and any that ended before they could be armed): with those two, what the thread
+    /// count is compared with.
+    untracked: usize,
+    /// When the poll lists `/proc/self/task` even if the thread count has not moved, the gap
+    /// that led there, and when a listing last found threads nothing announced.
+    next_listing: Instant,
+    listing_gap: Duration,
+    last_found: Instant,
+    /// Set while the writer lists `/proc/self/task` without the lock: threads that start or
+    /// end meanwhile are put in `changed_while_listing`, and the listing, already out of
+    /// date about them, neither arms nor disarms them (it would delete the timer of a thread
+    /// that armed itself after the directory was read, and arm one whose destructor has run).
+    listing: bool,
+    changed_while_listing: Vec<libc::pid_t>,
 }
 
 /// What stopping the timers leaves to do and to report.
@@ -119,6 +166,7 @@ pub fn start(kind: ThreadTimerKind, signal: c_int, period_ns: u64, excluded: Vec
         signal,
         period_ns,
         armed: HashMap::new(),
+        perf_armed: 0,
         excluded,
         pid: std::process::id(),
         unarmed: HashSet::new(),
@@ -126,17 +174,28 @@ pub fn start(kind: ThreadTimerKind, signal: c_int, period_ns: u64, excluded: Vec
         perf_refusal_said: false,
         perf_fds_taken: 0,
         last_identity_check: Instant::now(),
+        untracked: 0,
+        next_listing: Instant::now(),
+        listing_gap: Duration::ZERO,
+        last_found: Instant::now(),
+        listing: false,
+        changed_while_listing: Vec::new(),
     };
     if kind == ThreadTimerKind::Perf {
         perf_event::set_budget();
     }
-    let tids = crate::sys::procfs::self_tids().unwrap_or_default();
+    let listed = Instant::now();
+    let mut tids = crate::sys::procfs::self_tids().unwrap_or_default();
+    tids.sort_unstable();
     for &tid in &tids {
         timers.arm_thread(tid, None);
     }
     if timers.armed.is_empty() && !tids.is_empty() {
         return Err(io::Error::other("no thread could be given a timer"));
     }
+    // As if the listing had found unannounced threads: threads started around `start` by
+    // code that does not announce them are then found at the next ticks, in the first second.
+    timers.listed(&tids, listed, true);
     *TIMERS.lock() = Some(timers);
     Ok(())
 }
@@ -186,39 +245,132 @@ pub fn on_thread_start(start: Option<&thread_accounts::StartChain>) {
     let tid = gettid();
     if let Some(t) = running(&mut TIMERS.lock()) {
         t.arm_thread(tid, start);
+        t.note_change(tid);
     }
     // SAFETY: a non-null value makes the key's destructor run when this thread exits.
     unsafe { libc::pthread_setspecific(exit_key(), 1 as *const c_void) };
 }
 
 /// Arms threads that appeared and disarms threads that are gone; re-arms threads whose perf
-/// descriptor the program took. Run by the writer thread.
+/// descriptor the program took. Run by the writer thread every tick; lists `/proc/self/task`
+/// only when the thread count differs from what the registry accounts for, or the listing
+/// interval has passed (see the module's documentation).
 pub fn sync_with_tasks() {
-    // Unreadable (out of descriptors): keep every timer until the next poll.
-    let Some(tids) = crate::sys::procfs::self_tids() else {
-        return;
-    };
-    if let Some(t) = running(&mut TIMERS.lock()) {
-        let gone: Vec<libc::pid_t> = t.armed.keys().filter(|tid| !tids.contains(tid)).copied().collect();
-        for tid in gone {
-            if let Some(armed) = t.armed.remove(&tid) {
-                disarm(armed);
-            }
-        }
-        t.unarmed.retain(|tid| tids.contains(tid));
-        if t.last_identity_check.elapsed() >= IDENTITY_CHECK_INTERVAL {
-            t.last_identity_check = Instant::now();
+    // Read before the registry: a thread that starts or ends after this read changes the
+    // count again, so the next tick sees it, whatever this one decides.
+    let count = crate::sys::procfs::self_thread_count();
+    let now = Instant::now();
+    {
+        let mut timers = TIMERS.lock();
+        let Some(t) = running(&mut timers) else { return };
+        if now.duration_since(t.last_identity_check) >= IDENTITY_CHECK_INTERVAL {
+            t.last_identity_check = now;
+            // Their threads leave `armed`: the count then differs and they are armed again below.
             t.forget_taken_perf_fds();
         }
-        for &tid in &tids {
-            if !t.armed.contains_key(&tid) && !t.unarmed.contains(&tid) {
-                t.arm_thread(tid, None);
-            }
+        // No count (the directory cannot be opened: out of descriptors) means list, as
+        // before the count existed; the listing then fails too and every timer is kept.
+        if count == Some(t.accounted_for()) && now < t.next_listing {
+            return;
+        }
+        t.listing = true;
+        t.changed_while_listing.clear();
+    }
+    // Without the lock: threads starting meanwhile must not wait ~1 ms (1,000 threads) for it.
+    let tids = crate::sys::procfs::self_tids();
+    let mut timers = TIMERS.lock();
+    let Some(t) = running(&mut timers) else { return };
+    t.listing = false;
+    // Unreadable: keep every timer until the next poll, which tries again (the count cannot
+    // match until a listing has succeeded).
+    let Some(mut tids) = tids else {
+        t.untracked = usize::MAX;
+        return;
+    };
+    tids.sort_unstable();
+    let mut changed = std::mem::take(&mut t.changed_while_listing);
+    changed.sort_unstable();
+    let settled = |tid: &libc::pid_t| changed.binary_search(tid).is_err();
+    let gone: Vec<libc::pid_t> = t
+        .armed
+        .keys()
+        .filter(|tid| tids.binary_search(tid).is_err() && settled(tid))
+        .copied()
+        .collect();
+    let mut found = !gone.is_empty();
+    for tid in gone {
+        if let Some(armed) = t.remove_armed(tid) {
+            disarm(armed);
         }
     }
+    t.unarmed.retain(|tid| tids.binary_search(tid).is_ok());
+    for &tid in &tids {
+        let known = t.armed.contains_key(&tid) || t.unarmed.contains(&tid) || t.excluded.contains(&tid);
+        if settled(&tid) && !known {
+            found = true;
+            t.arm_thread(tid, None);
+        }
+    }
+    t.listed(&tids, now, found);
 }
 
 impl Timers {
+    /// How many threads the registry accounts for: compared with the kernel's thread count.
+    fn accounted_for(&self) -> usize {
+        self.armed
+            .len()
+            .saturating_add(self.unarmed.len())
+            .saturating_add(self.untracked)
+    }
+
+    /// Records a listing of `tids` (sorted), begun at `began`, once the registry has been
+    /// brought up to date with it; `found`: whether it found threads nothing announced, begun
+    /// or gone. Schedules the next listing that is due whatever the count says.
+    fn listed(&mut self, tids: &[libc::pid_t], began: Instant, found: bool) {
+        self.untracked = tids
+            .iter()
+            .filter(|tid| !self.armed.contains_key(tid) && !self.unarmed.contains(tid))
+            .count();
+        let now = Instant::now();
+        if found {
+            self.last_found = now;
+        }
+        let longest = began
+            .elapsed()
+            .saturating_mul(LISTING_SHARE)
+            .clamp(LISTING_INTERVAL, MAX_LISTING_INTERVAL);
+        self.listing_gap = if now.duration_since(self.last_found) < LISTING_INTERVAL {
+            Duration::ZERO
+        } else {
+            self.listing_gap.saturating_mul(2).clamp(FIRST_QUIET_GAP, longest)
+        };
+        self.next_listing = now + self.listing_gap;
+    }
+
+    /// Thread `tid` started or ended by itself: remembered while a listing is under way.
+    fn note_change(&mut self, tid: libc::pid_t) {
+        if self.listing {
+            self.changed_while_listing.push(tid);
+        }
+    }
+
+    fn insert_armed(&mut self, tid: libc::pid_t, armed: Armed) {
+        if matches!(armed, Armed::Perf(_)) {
+            self.perf_armed += 1;
+        }
+        if let Some(Armed::Perf(_)) = self.armed.insert(tid, armed) {
+            self.perf_armed -= 1;
+        }
+    }
+
+    fn remove_armed(&mut self, tid: libc::pid_t) -> Option<Armed> {
+        let armed = self.armed.remove(&tid);
+        if let Some(Armed::Perf(_)) = armed {
+            self.perf_armed -= 1;
+        }
+        armed
+    }
+
     /// Arms thread `tid` unless it is armed or ours. `start` (its start routine and that
     /// routine's callers): the caller is `tid` itself, starting, and opens the account that
     /// settles its POSIX timer at exit.
@@ -229,7 +381,7 @@ impl Timers {
         if self.preferred == ThreadTimerKind::Perf {
             match self.arm_perf(tid) {
                 Ok(fd) => {
-                    self.armed.insert(tid, Armed::Perf(fd));
+                    self.insert_armed(tid, Armed::Perf(fd));
                     return;
                 }
                 // The thread exited since it was listed.
@@ -247,7 +399,7 @@ impl Timers {
                 if let Some(chain) = start {
                     thread_accounts::open(thread_pointer(), cpu_before + first, chain);
                 }
-                self.armed.insert(tid, Armed::Posix(id));
+                self.insert_armed(tid, Armed::Posix(id));
             }
             // The thread may have exited since it was listed (EINVAL: no such clock).
             Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ESRCH)) => {}
@@ -260,8 +412,7 @@ impl Timers {
     }
 
     fn arm_perf(&self, tid: libc::pid_t) -> io::Result<c_int> {
-        let in_use = self.armed.values().filter(|a| matches!(a, Armed::Perf(_))).count();
-        if in_use >= perf_event::budget() {
+        if self.perf_armed >= perf_event::budget() {
             return Err(io::Error::other("descriptor budget spent"));
         }
         perf_allowed_here()?;
@@ -286,7 +437,7 @@ impl Timers {
         }
         self.perf_fds_taken += taken.len();
         for tid in taken {
-            self.armed.remove(&tid);
+            self.remove_armed(tid);
         }
     }
 }
@@ -367,7 +518,8 @@ fn perf_allowed_here() -> io::Result<()> {
 extern "C" fn on_thread_exit(_value: *mut c_void) {
     let tid = gettid();
     if let Some(t) = running(&mut TIMERS.lock()) {
-        if let Some(armed) = t.armed.remove(&tid) {
+        t.note_change(tid);
+        if let Some(armed) = t.remove_armed(tid) {
             signals::block_in_current_thread(t.signal);
             if matches!(armed, Armed::Posix(_)) {
                 let owed = thread_accounts::settle(thread_pointer(), thread_accounts::thread_cpu_ns(), t.period_ns);

@@ -3,6 +3,7 @@
 //! [`Options::from_env`]).
 
 use super::epochs::EpochOptions;
+use super::options::WallBeside;
 use super::{global, Options};
 use crate::sampler::signals;
 use crate::sys::fd::{identity, GuardedFd};
@@ -62,17 +63,12 @@ pub fn start_from_environment() {
         }
         return;
     }
-    if let Some(path) = wall_path_from_env(var, is_privileged()) {
-        start_wall_from_environment(path, var);
-        return;
-    }
-    let Some(path) = profile_path_from_env(var, is_privileged()) else {
-        return;
-    };
     // Read before the environment is changed below: bash replaces getenv/setenv with its own,
     // and once its setenv has run, its getenv finds none of the variables not yet imported
     // (every CPUPROFILE_* option was ignored in bash).
-    let options = Options::from_env(var);
+    let Some((path, options)) = profiles_from_env(var, is_privileged()) else {
+        return;
+    };
     let toggle = var("CPUPROFILESIGNAL");
     // Programs this one execs inherit the environment (and LD_PRELOAD): they must write their
     // own `_<pid>` file rather than truncate ours.
@@ -90,21 +86,31 @@ pub fn start_from_environment() {
     }
 }
 
-/// `CPUPROFILE_WALL`: a wall-clock profile of every thread at `CPUPROFILE_WALL_FREQUENCY`
-/// (default 100) samples per second. One session at a time for now: it takes the place of
-/// `CPUPROFILE`, which is then ignored with a message.
-fn start_wall_from_environment(path: PathBuf, var: impl Fn(&str) -> Option<String>) {
-    if var("CPUPROFILE").is_some_and(|p| !p.is_empty()) {
-        eprintln!("cpuprof: CPUPROFILE_WALL is set: taking the wall-clock profile only; CPUPROFILE is ignored");
-    }
+/// The profile to take from `CPUPROFILE` and `CPUPROFILE_WALL`: a CPU profile, a wall-clock
+/// profile of every thread at `CPUPROFILE_WALL_FREQUENCY` (default 100) samples per second, or
+/// both in one run (the wall profile beside the CPU one). The path and the options.
+fn profiles_from_env(var: impl Fn(&str) -> Option<String>, privileged: bool) -> Option<(PathBuf, Options)> {
+    let wall = wall_path_from_env(&var, privileged);
+    let cpu = profile_path_from_env(&var, privileged);
     let mut options = Options::from_env(&var);
-    options.wall = true;
-    options.frequency = var("CPUPROFILE_WALL_FREQUENCY").map_or(super::options::DEFAULT_FREQUENCY, |hz| {
+    let wall_frequency = var("CPUPROFILE_WALL_FREQUENCY").map_or(super::options::DEFAULT_FREQUENCY, |hz| {
         super::options::parse_frequency(&hz).min(super::options::MAX_WALL_FREQUENCY)
     });
-    std::env::set_var("CPUPROFILE_USE_PID", "1");
-    if let Err(e) = global::start(&path, options) {
-        eprintln!("cpuprof: {e}; the program continues without profiling");
+    match (cpu, wall) {
+        (None, None) => None,
+        (Some(cpu), None) => Some((cpu, options)),
+        (None, Some(wall)) => {
+            options.wall = true;
+            options.frequency = wall_frequency;
+            Some((wall, options))
+        }
+        (Some(cpu), Some(wall)) => {
+            options.wall_beside = Some(WallBeside {
+                path: wall,
+                frequency: wall_frequency,
+            });
+            Some((cpu, options))
+        }
     }
 }
 
@@ -169,8 +175,12 @@ fn arm_toggle_signal(signal: c_int, path: PathBuf, options: Options) {
                 stop_at_exit();
             } else {
                 let file = PathBuf::from(format!("{}.{}", path.display(), next));
+                let mut options = options.clone();
+                if let Some(beside) = &mut options.wall_beside {
+                    beside.path = PathBuf::from(format!("{}.{}", beside.path.display(), next));
+                }
                 next += 1;
-                if let Err(e) = global::start(&file, options.clone()) {
+                if let Err(e) = global::start(&file, options) {
                     eprintln!("cpuprof: {e}");
                 }
             }
@@ -229,5 +239,37 @@ mod tests {
         assert_eq!(profile_path_from_env(env(&[("CPUPROFILE", "/tmp/x")]), true), None);
         let with_pid = profile_path_from_env(env(&[("CPUPROFILE", "/tmp/x"), ("CPUPROFILE_USE_PID", "")]), false);
         assert_eq!(with_pid, Some(format!("/tmp/x_{}", std::process::id()).into()));
+    }
+
+    #[test]
+    fn cpu_and_wall_variables_give_one_profile_or_both() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        };
+        assert!(profiles_from_env(env(&[]), false).is_none());
+        let (path, o) = profiles_from_env(
+            env(&[("CPUPROFILE_WALL", "/w"), ("CPUPROFILE_WALL_FREQUENCY", "5000")]),
+            false,
+        )
+        .unwrap();
+        assert_eq!((path, o.wall, o.frequency), ("/w".into(), true, 1000));
+        let both = &[
+            ("CPUPROFILE", "/c"),
+            ("CPUPROFILE_FREQUENCY", "250"),
+            ("CPUPROFILE_WALL", "/w"),
+        ];
+        let (path, o) = profiles_from_env(env(both), false).unwrap();
+        assert_eq!((path, o.wall, o.frequency), ("/c".into(), false, 250));
+        assert_eq!(
+            o.wall_beside,
+            Some(WallBeside {
+                path: "/w".into(),
+                frequency: 100
+            })
+        );
+        assert!(
+            profiles_from_env(env(both), true).is_none(),
+            "never for setuid programs"
+        );
     }
 }

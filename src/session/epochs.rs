@@ -134,6 +134,8 @@ impl Database {
                 writer,
                 error: None,
                 mappings,
+                contexts: Default::default(),
+                beside: None,
             },
             ends,
             directory,

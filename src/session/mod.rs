@@ -4,6 +4,7 @@
 //! holds it for the front ends.
 
 pub mod autostart;
+mod contexts;
 pub mod epochs;
 pub mod global;
 mod mappings;
@@ -33,6 +34,29 @@ pub struct OutputFile {
     writer: ProfileWriter<ProfileFile>,
     error: Option<std::io::Error>,
     mappings: mappings::SeenMappings,
+    /// The contexts of the records written (wall mode).
+    contexts: contexts::RecordContexts,
+    /// The wall-clock profile written beside this CPU profile: it takes the samples that
+    /// carry a context.
+    beside: Option<Box<OutputFile>>,
+}
+
+impl OutputFile {
+    /// Creates the file at `path` (not followed if a symbolic link, never blocking; regular
+    /// files and /dev/null) with its header.
+    fn create(path: &Path, period_us: u64) -> std::io::Result<OutputFile> {
+        let file = ProfileFile::create(path)?;
+        let writer = ProfileWriter::new(file, SlotFormat::NATIVE, period_us)?;
+        let mut mappings = mappings::SeenMappings::default();
+        mappings.record(&read_self_maps());
+        Ok(OutputFile {
+            writer,
+            error: None,
+            mappings,
+            contexts: Default::default(),
+            beside: None,
+        })
+    }
 }
 
 /// What a finished profile holds.
@@ -92,11 +116,18 @@ impl Session {
     /// epoch's), writes the header, and starts sampling.
     pub fn start(path: &Path, options: Options) -> Result<Session, Error> {
         let (source, signal) = timing::choose(&options)?;
-        if options.wall && !matches!(source, SampleSource::ThreadTimers(_)) {
+        let wall = options.wall || options.wall_beside.is_some();
+        if wall && !matches!(source, SampleSource::ThreadTimers(_)) {
             // A process-wide timer's signal may go to a blocked thread and interrupt its call.
             return Err(Error::Timer(std::io::Error::other(
                 "wall-clock profiling needs per-thread timers, which are unavailable",
             )));
+        }
+        if options.epochs.is_some() && options.wall_beside.is_some() {
+            return Err(Error::Open {
+                path: path.to_path_buf(),
+                source: std::io::Error::other("a wall-clock profile is not taken beside a profile database"),
+            });
         }
         let open_error = |source| Error::Open {
             path: path.to_path_buf(),
@@ -111,15 +142,16 @@ impl Session {
             }
             None => {
                 // Not followed if a symbolic link, never blocking, regular files and /dev/null.
-                let file = ProfileFile::create(path).map_err(open_error)?;
-                let writer = ProfileWriter::new(file, SlotFormat::NATIVE, options.period_us()).map_err(open_error)?;
-                let mut mappings = mappings::SeenMappings::default();
-                mappings.record(&read_self_maps());
-                writer::Output::File(OutputFile {
-                    writer,
-                    error: None,
-                    mappings,
-                })
+                let mut out = OutputFile::create(path, options.period_us()).map_err(open_error)?;
+                if let Some(beside) = &options.wall_beside {
+                    let period_us = 1_000_000 / u64::from(beside.frequency.max(1));
+                    let wall_out = OutputFile::create(&beside.path, period_us).map_err(|source| Error::Open {
+                        path: beside.path.clone(),
+                        source,
+                    })?;
+                    out.beside = Some(Box::new(wall_out));
+                }
+                writer::Output::File(out)
             }
         };
         let state = Arc::new(SamplerState::new(
@@ -127,6 +159,14 @@ impl Session {
             options.filter,
             options.unwinder,
             source,
+            match &options.wall_beside {
+                Some(beside) => sampler::Labels::Beside {
+                    cpu_period_ns: options.period_us() * 1000,
+                    wall_period_ns: 1_000_000_000 / u64::from(beside.frequency.max(1)),
+                },
+                None if options.wall => sampler::Labels::All,
+                None => sampler::Labels::None,
+            },
         ));
         if options.unwinder == sampler::UnwinderChoice::Auto {
             sampler::set_dwarf(Some(Box::new(crate::unwind::DwarfUnwinder::build())));
@@ -173,8 +213,12 @@ impl Session {
             signal,
         };
         let mut excluded: Vec<libc::pid_t> = writer_tid.into_iter().collect();
-        if session.options.wall {
-            match wall::WallSampler::start(session.options.frequency, excluded.clone()) {
+        let wall_frequency = match &session.options.wall_beside {
+            Some(beside) => Some(beside.frequency),
+            None => session.options.wall.then_some(session.options.frequency),
+        };
+        if let Some(frequency) = wall_frequency {
+            match wall::WallSampler::start(frequency, excluded.clone()) {
                 Ok((sampler, tid)) => {
                     session.wall = Some(sampler);
                     excluded.push(tid);
@@ -263,6 +307,18 @@ impl Session {
                 Ok(()) => eprintln!("{}", report.summary_line()),
                 Err(_) => eprintln!("{}", report.incomplete_summary_line()),
             }
+            if let (Some(beside), Some(finished)) = (&self.options.wall_beside, &finished.beside) {
+                let whole = if finished.result.is_ok() {
+                    ""
+                } else {
+                    " (INCOMPLETE: the file does not hold the whole profile)"
+                };
+                eprintln!(
+                    "cpuprof: wall-clock profile '{}': {} bytes{whole}",
+                    beside.path.display(),
+                    finished.bytes
+                );
+            }
             if let Some(w) = wall {
                 eprintln!("{}", w.summary_line());
             }
@@ -280,10 +336,21 @@ impl Session {
                 );
             }
         }
-        finished.result.map(|()| report).map_err(|source| Error::Write {
-            path: self.path.clone(),
-            source,
-        })
+        let beside = match (&self.options.wall_beside, finished.beside) {
+            (Some(b), Some(f)) => f.result.map_err(|source| Error::Write {
+                path: b.path.clone(),
+                source,
+            }),
+            _ => Ok(()),
+        };
+        finished
+            .result
+            .map_err(|source| Error::Write {
+                path: self.path.clone(),
+                source,
+            })
+            .and(beside)
+            .map(|()| report)
     }
 }
 

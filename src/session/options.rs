@@ -50,6 +50,16 @@ pub struct Options {
     /// Wall-clock mode (`session::wall`): `frequency` is then samples per second of wall time
     /// of every thread, blocked ones included.
     pub wall: bool,
+    /// A wall-clock profile taken beside this CPU profile, in the same run.
+    pub wall_beside: Option<WallBeside>,
+}
+
+/// Where a wall-clock profile taken beside a CPU profile goes, and its rate (samples per
+/// second of wall time of every thread).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WallBeside {
+    pub path: std::path::PathBuf,
+    pub frequency: u32,
 }
 
 impl Default for Options {
@@ -68,6 +78,7 @@ impl Default for Options {
             report_on_stderr: true,
             epochs: None,
             wall: false,
+            wall_beside: None,
         }
     }
 }

@@ -18,10 +18,18 @@
 //! thread spends in each state). A thread whose CPU clock has not moved since its last walk
 //! has not run: its previous chain is counted again, with no file read and no walk.
 //!
-//! A thread seen `running` (on a CPU or waiting for one) gets nothing here: its CPU time is
-//! sampled by its timer; time spent runnable but waiting for a CPU is not counted yet.
+//! A thread seen `running` (on a CPU or waiting for one) gets no look sample: its CPU time is
+//! sampled by its timer. Its time spent runnable, waiting for a CPU, is counted exactly from
+//! the kernel's run delay ([`account_runnable`]).
+//!
+//! Every sample carries its thread and state (`crate::format::sample_context`): on a CPU,
+//! runnable, blocked in which system call. Threads' names are read in the rounds 1, 2, 4, 8,
+//! ... since a round first listed them, and once more at stop.
 
-use crate::sampler::handler::{record_outside_handler, walk_other_thread};
+use super::contexts::read_thread_name;
+use crate::format::{SampleContext, ThreadState};
+use crate::sampler::handler::{record_other_thread, walk_other_thread};
+use crate::sampler::runnable_debts;
 use crate::sys::fd::GuardedFd;
 use crate::unwind::Registers;
 use std::collections::BTreeMap;
@@ -59,6 +67,10 @@ pub struct WallStats {
     /// Looks whose syscall file could not be read (out of descriptors, say): their weight is
     /// missing from the profile.
     pub unread: u64,
+    /// Periods spent runnable, recorded (`runnable_periods`) and missing: of threads that
+    /// exited before their handler could record them, or whose run delay was unreadable.
+    pub runnable_periods: u64,
+    pub runnable_missing: u64,
 }
 
 impl WallStats {
@@ -78,6 +90,13 @@ impl WallStats {
             line += &format!(
                 "; {} looks could not read the thread's state and are missing",
                 self.unread
+            );
+        }
+        line += &format!("; {} periods spent runnable", self.runnable_periods);
+        if self.runnable_missing > 0 {
+            line += &format!(
+                " ({} more are missing: their threads exited first or their run delay was unreadable)",
+                self.runnable_missing
             );
         }
         line
@@ -122,10 +141,11 @@ impl WallSampler {
     }
 }
 
-/// A thread's chain as last walked, and what it was walked at.
+/// A thread's chain as last walked, what it was walked at, and what it was blocked in.
 struct Walked {
     cpu_ns: u64,
     frames: Vec<u64>,
+    context: SampleContext,
 }
 
 /// What the sampler keeps per thread.
@@ -134,6 +154,23 @@ struct Tracked {
     last_tick: u64,
     fd: Option<GuardedFd>,
     walked: Option<Walked>,
+    /// Rounds it has been listed in: its name is read in rounds 1, 2, 4, 8, ... (a thread
+    /// usually names itself just after it starts, but maybe after a busy machine lets it run).
+    rounds: u32,
+    /// Time spent runnable: see [`account_runnable`].
+    runnable: Runnable,
+}
+
+/// What the sampler knows of a thread's time spent runnable.
+#[derive(Default)]
+struct Runnable {
+    fd: Option<GuardedFd>,
+    /// CPU time and run delay (ns) at the last look that read them; `None` before the first.
+    last: Option<(u64, u64)>,
+    /// Run delay not yet a whole period.
+    carry_ns: u64,
+    /// Whether the last look found the thread blocked (its chain in `Tracked::walked`).
+    was_blocked: bool,
 }
 
 fn run(frequency: u32, stop: &AtomicBool, excluded: Vec<libc::pid_t>) -> WallStats {
@@ -177,17 +214,24 @@ fn run(frequency: u32, stop: &AtomicBool, excluded: Vec<libc::pid_t>) -> WallSta
             live.sort_unstable();
             threads.retain(|tid, t| {
                 let keep = live.binary_search(tid).is_ok();
-                if !keep && t.fd.is_some() {
-                    kept -= 1;
+                if !keep {
+                    kept -= usize::from(t.fd.is_some()) + usize::from(t.runnable.fd.is_some());
+                    stats.runnable_missing += runnable_debts::forget(*tid as u32);
                 }
                 keep
             });
             for &tid in &live {
-                threads.entry(tid).or_insert(Tracked {
+                let tracked = threads.entry(tid).or_insert(Tracked {
                     last_tick: tick - 1,
                     fd: None,
                     walked: None,
+                    rounds: 0,
+                    runnable: Runnable::default(),
                 });
+                tracked.rounds += 1;
+                if tracked.rounds.is_power_of_two() {
+                    read_thread_name(tid);
+                }
             }
             order = live;
             cursor = 0;
@@ -203,8 +247,14 @@ fn run(frequency: u32, stop: &AtomicBool, excluded: Vec<libc::pid_t>) -> WallSta
             let weight = tick - tracked.last_tick;
             tracked.last_tick = tick;
             stats.looks += 1;
+            // Runnable time first: it is charged by what the previous look found.
+            account_runnable(tid, tracked, period, &mut kept, &mut line, &mut stats);
             look(tid, tracked, weight, &mut kept, &mut line, &mut frames, &mut stats);
         }
+    }
+    // Names given late (or changed) since the last read.
+    for &tid in threads.keys() {
+        read_thread_name(tid);
     }
     stats
 }
@@ -227,10 +277,12 @@ fn look(
         // (or has just been woken and waits for a CPU). One clock read, no file read.
         if let Some(w) = tracked.walked.as_ref().filter(|w| w.cpu_ns == cpu_ns) {
             stats.reused += 1;
-            record_outside_handler(&w.frames, weight);
+            record_other_thread(&w.frames, w.context, weight);
+            tracked.runnable.was_blocked = true;
             return;
         }
-        match read_syscall_line(tid, tracked, kept, line) {
+        tracked.runnable.was_blocked = false;
+        match read_task_file(tid, "syscall", &mut tracked.fd, kept, line) {
             Read::Line => {}
             Read::Gone => return,
             Read::Unreadable => {
@@ -238,61 +290,145 @@ fn look(
                 return;
             }
         }
-        let Some(regs) = parse_blocked(line) else {
+        let Some((regs, state)) = parse_blocked(line) else {
             return; // running or runnable: its CPU timer samples it
         };
+        let context = SampleContext { tid: tid as u32, state };
         stats.walks += 1;
         let n = walk_other_thread(regs, frames);
         // The walk read a consistent stack only if the thread did not run meanwhile.
         let mut after = Vec::with_capacity(line.len());
         let unchanged = thread_cpu_ns(tid) == Some(cpu_ns)
-            && matches!(read_syscall_line(tid, tracked, kept, &mut after), Read::Line)
+            && matches!(
+                read_task_file(tid, "syscall", &mut tracked.fd, kept, &mut after),
+                Read::Line
+            )
             && after == *line;
         if unchanged && n > 0 {
-            record_outside_handler(&frames[..n], weight);
+            record_other_thread(&frames[..n], context, weight);
+            tracked.runnable.was_blocked = true;
             tracked.walked = Some(Walked {
                 cpu_ns,
                 frames: frames[..n].to_vec(),
+                context,
             });
             return;
         }
         if attempt + 1 == WALK_ATTEMPTS {
             stats.torn += 1;
-            record_outside_handler(&[regs.pc], weight);
+            record_other_thread(&[regs.pc], context, weight);
         }
     }
 }
 
-/// The registers of a thread blocked in the kernel, from its syscall line: `nr a1..a6 sp pc`
-/// in a system call, `-1 sp pc` blocked outside one (a page fault), `running` otherwise.
-fn parse_blocked(line: &[u8]) -> Option<Registers> {
+/// Time spent runnable, from the kernel's run delay (`schedstat`'s second field, the ns a
+/// thread has waited on a run queue), read when the thread's CPU clock moved since the last
+/// read (the run delay grows only as a thread gets a CPU, so it cannot have moved otherwise).
+/// Whole periods of it are charged, exactly rather than sampled: to where the thread was
+/// blocked at the previous look if it was (time waiting for a CPU after being woken), else to
+/// the stack its own handler samples next (time preempted while running; `runnable_debts`).
+fn account_runnable(
+    tid: libc::pid_t,
+    tracked: &mut Tracked,
+    period: Duration,
+    kept: &mut usize,
+    line: &mut Vec<u8>,
+    stats: &mut WallStats,
+) {
+    let Some(cpu_ns) = thread_cpu_ns(tid) else {
+        return;
+    };
+    if tracked.runnable.last.is_some_and(|(cpu, _)| cpu == cpu_ns) {
+        return;
+    }
+    let delay_ns = match read_task_file(tid, "schedstat", &mut tracked.runnable.fd, kept, line) {
+        Read::Line => match parse_run_delay(line) {
+            Some(ns) => ns,
+            None => return,
+        },
+        Read::Gone | Read::Unreadable => return,
+    };
+    let r = &mut tracked.runnable;
+    let Some((_, last_delay)) = r.last.replace((cpu_ns, delay_ns)) else {
+        return; // the first read: what came before the profile is not its time
+    };
+    r.carry_ns += delay_ns.saturating_sub(last_delay);
+    let period_ns = period.as_nanos() as u64;
+    let periods = r.carry_ns / period_ns;
+    r.carry_ns %= period_ns;
+    if periods == 0 {
+        return;
+    }
+    stats.runnable_periods += periods;
+    match &tracked.walked {
+        Some(w) if r.was_blocked => {
+            let context = SampleContext {
+                state: ThreadState::Runnable,
+                ..w.context
+            };
+            record_other_thread(&w.frames, context, periods);
+        }
+        _ => {
+            if !runnable_debts::owe(tid as u32, periods) {
+                stats.runnable_periods -= periods;
+                stats.runnable_missing += periods;
+            }
+        }
+    }
+}
+
+/// The run delay (ns) in a `schedstat` line: `on-CPU-ns run-delay-ns timeslices`.
+fn parse_run_delay(line: &[u8]) -> Option<u64> {
+    std::str::from_utf8(line)
+        .ok()?
+        .split_ascii_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// The registers and state of a thread blocked in the kernel, from its syscall line:
+/// `nr a1..a6 sp pc` in a system call, `-1 sp pc` blocked outside one (a page fault),
+/// `running` otherwise.
+fn parse_blocked(line: &[u8]) -> Option<(Registers, ThreadState)> {
     let text = std::str::from_utf8(line).ok()?;
     let fields: Vec<&str> = text.split_ascii_whitespace().collect();
     if fields.len() < 3 || fields[0] == "running" {
         return None;
     }
+    let state = match fields[0].parse::<i64>().ok()? {
+        nr @ 0..=0x3fff => ThreadState::Blocked { syscall: nr as u16 },
+        _ => ThreadState::Fault,
+    };
     let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
     let sp = hex(fields[fields.len() - 2])?;
     let pc = hex(fields[fields.len() - 1])?;
-    // The frame pointer (and rbx, or LR) are not in the file: frames whose CFA needs them end the walk.
-    Some(Registers::new(pc, sp, 0))
+    // The frame pointer (and rbx, or LR) are not in the file: frames whose CFA needs them
+    // end the walk, or are stepped by a proven frame record (`unwind::frame_records`).
+    Some((Registers::new(pc, sp, 0), state))
 }
 
-/// Reads `/proc/self/task/TID/syscall` into `line`: through a kept descriptor while fewer than
-/// [`KEPT_DESCRIPTORS`] are kept, else opened for this read only.
-fn read_syscall_line(tid: libc::pid_t, tracked: &mut Tracked, kept: &mut usize, line: &mut Vec<u8>) -> Read {
-    if tracked.fd.as_ref().is_some_and(|fd| !fd.is_still_ours()) {
+/// Reads `/proc/self/task/TID/<file>` into `line`: through the descriptor kept in `kept_fd`
+/// while fewer than [`KEPT_DESCRIPTORS`] are kept, else opened for this read only.
+fn read_task_file(
+    tid: libc::pid_t,
+    file: &str,
+    kept_fd: &mut Option<GuardedFd>,
+    kept: &mut usize,
+    line: &mut Vec<u8>,
+) -> Read {
+    if kept_fd.as_ref().is_some_and(|fd| !fd.is_still_ours()) {
         // The program closed or reused the number: leave it to the program.
-        if let Some(fd) = tracked.fd.take() {
+        if let Some(fd) = kept_fd.take() {
             fd.abandon();
         }
         *kept -= 1;
     }
     let transient;
-    let fd = match &tracked.fd {
+    let fd = match kept_fd {
         Some(fd) => fd.raw(),
         None => {
-            let path = format!("/proc/self/task/{tid}/syscall");
+            let path = format!("/proc/self/task/{tid}/{file}");
             let file = match std::fs::File::open(&path) {
                 Ok(file) => file,
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Read::Gone,
@@ -303,7 +439,7 @@ fn read_syscall_line(tid: libc::pid_t, tracked: &mut Tracked, kept: &mut usize, 
                     return Read::Unreadable;
                 };
                 *kept += 1;
-                tracked.fd.insert(fd).raw()
+                kept_fd.insert(fd).raw()
             } else {
                 transient = file;
                 std::os::fd::AsRawFd::as_raw_fd(&transient)
@@ -342,10 +478,12 @@ mod tests {
     #[test]
     fn syscall_lines_give_the_registers_of_blocked_threads_only() {
         let blocked = b"0 0x3 0x7fbcb2b50ecf 0x1 0x7fbcb2b64b60 0x0 0x0 0x7fbcb2b50e90 0x7fbcb2c4d2ec\n";
-        let regs = parse_blocked(blocked).unwrap();
+        let (regs, state) = parse_blocked(blocked).unwrap();
         assert_eq!((regs.sp, regs.pc), (0x7fbcb2b50e90, 0x7fbcb2c4d2ec));
-        let fault = parse_blocked(b"-1 0x7ffc0 0x401000\n").unwrap();
+        assert_eq!(state, ThreadState::Blocked { syscall: 0 });
+        let (fault, state) = parse_blocked(b"-1 0x7ffc0 0x401000\n").unwrap();
         assert_eq!((fault.sp, fault.pc), (0x7ffc0, 0x401000));
+        assert_eq!(state, ThreadState::Fault);
         assert!(parse_blocked(b"running\n").is_none());
         assert!(parse_blocked(b"").is_none());
     }

@@ -20,6 +20,7 @@
 use super::epochs::{Database, Epoch};
 use super::timing;
 use super::OutputFile;
+use crate::format::{SampleContext, SignalWeights};
 use crate::sampler::{self, SampleSource, SamplerState};
 use crate::sync::{Condvar, Mutex};
 use crate::sys::futex;
@@ -159,6 +160,8 @@ impl WriterControl {
 pub struct Finished {
     pub bytes: u64,
     pub result: io::Result<()>,
+    /// The wall-clock profile written beside the CPU profile, if any.
+    pub beside: Option<Box<Finished>>,
 }
 
 /// Moves samples to `out` until asked to stop (or the process exits with `_exit`), then writes
@@ -461,6 +464,7 @@ impl Output {
                 Finished {
                     bytes: e.bytes,
                     result: e.error.map_or(Ok(()), Err),
+                    beside: None,
                 }
             }
         }
@@ -482,12 +486,19 @@ fn next_tick(tick: Duration, drained: usize, elapsed: Duration, capacity_slots: 
 
 impl OutputFile {
     /// Writes the trailer, the maps and the samples' signal weights (unless an error came
-    /// first) and closes the file.
+    /// first) and closes the file, and the one beside it.
     fn finish(self, state: &SamplerState) -> Finished {
+        self.finish_with(state.signal_weights(), state.wall_signal_weights())
+    }
+
+    /// `weights`: this file's samples'; `beside_weights`: those of the file beside it.
+    fn finish_with(self, weights: SignalWeights, beside_weights: SignalWeights) -> Finished {
         let OutputFile {
             mut writer,
             error,
             mut mappings,
+            contexts,
+            beside,
         } = self;
         let written = match error {
             Some(e) => Err(e),
@@ -498,7 +509,8 @@ impl OutputFile {
                 let _ = crate::unwind::safe_read::check();
                 mappings.read_build_ids(&maps);
                 let mut text = mappings.complete(&maps);
-                text.extend_from_slice(state.signal_weights().line().as_bytes());
+                text.extend_from_slice(weights.line().as_bytes());
+                text.extend_from_slice(&contexts.text());
                 writer.write_trailer(&text)
             }
         };
@@ -508,19 +520,21 @@ impl OutputFile {
         Finished {
             bytes,
             result: written.and(closed),
+            beside: beside.map(|b| Box::new(b.finish_with(beside_weights, beside_weights))),
         }
     }
 
     /// Writes evicted records and, when `harvest`, the table's counts, then flushes to the
     /// file; returns the ring slots drained. After a write error nothing more is written (a
     /// partial record would corrupt the file); the error is kept for `stop` to report.
+    /// Samples with a context go to the wall-clock profile beside this one, if there is one.
     pub fn write_pending(&mut self, state: &SamplerState, harvest: bool) -> usize {
-        let failed_before = self.error.is_some();
-        let mut result: io::Result<()> = Ok(());
         let mut drained = 0;
-        let mut write = |count: u64, pcs: &[u64]| {
-            if !failed_before && result.is_ok() {
-                result = self.writer.write_record(count, pcs);
+        let mut write = |count: u64, chain: &[u64]| {
+            let (pcs, context) = super::contexts::split(chain);
+            match self.beside.as_mut().filter(|_| context.is_some()) {
+                Some(beside) => beside.put(count, pcs, context),
+                None => self.put(count, pcs, context),
             }
         };
         state.table.drain_evicted(|count, pcs| {
@@ -530,13 +544,36 @@ impl OutputFile {
         if harvest {
             state.table.harvest(&mut write);
         }
-        if failed_before {
-            return drained;
-        }
-        if let Err(e) = result.and_then(|()| self.writer.flush()) {
-            self.error.get_or_insert(e);
+        self.flush_records();
+        if let Some(beside) = &mut self.beside {
+            beside.flush_records();
         }
         drained
+    }
+
+    /// Writes one record, noting its context. After a write error nothing more is written.
+    fn put(&mut self, count: u64, pcs: &[u64], context: Option<SampleContext>) {
+        if self.error.is_some() {
+            return;
+        }
+        let first = self.writer.records_written();
+        match self.writer.write_record(count, pcs) {
+            Ok(()) => {
+                if let Some(context) = context {
+                    self.contexts
+                        .note(first, self.writer.records_written() - first, context);
+                }
+            }
+            Err(e) => self.error = Some(e),
+        }
+    }
+
+    fn flush_records(&mut self) {
+        if self.error.is_none() {
+            if let Err(e) = self.writer.flush() {
+                self.error = Some(e);
+            }
+        }
     }
 }
 
@@ -592,6 +629,7 @@ mod tests {
             None,
             crate::sampler::UnwinderChoice::FramePointer,
             SampleSource::ProcessTimer(crate::sampler::Clock::ProcessCpu),
+            crate::sampler::Labels::None,
         )
     }
 

@@ -9,4 +9,5 @@
 pub mod fd;
 pub mod futex;
 pub mod procfs;
+pub mod syscall_names;
 pub mod thread;

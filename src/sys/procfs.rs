@@ -83,6 +83,23 @@ pub fn read_self_maps() -> Vec<u8> {
     .unwrap_or_default()
 }
 
+/// How many threads the process has, from one `fstat` of the kept `/proc/self/task`
+/// descriptor: the kernel gives that directory a link count of 2 plus the thread count
+/// (`proc_task_getattr`), read in constant time. Listing the directory instead costs ~0.95 ms
+/// with 1,000 threads (the kernel looks up a dentry per thread) and `/proc/self/stat`'s
+/// `num_threads` ~100 us (it sums every thread's times); this costs ~0.7 us at any count
+/// (measured here). `None` if the directory cannot be opened (out of descriptors, say). A
+/// procfs that kept the link count fixed would give a wrong number: callers must only use it
+/// to decide when to list, and list at a bounded interval whatever it says.
+pub fn self_thread_count() -> Option<usize> {
+    with_cached(&TASK, "/proc/self/task", |fd| {
+        // SAFETY: fstat fills a local struct from our own descriptor.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        (unsafe { libc::fstat(fd, &mut st) } == 0).then(|| (st.st_nlink as usize).saturating_sub(2))
+    })
+    .flatten()
+}
+
 /// The ids of the process's threads, or `None` if `/proc/self/task` cannot be read (out of
 /// descriptors, say), which is not the same as no threads.
 pub fn self_tids() -> Option<Vec<libc::pid_t>> {
@@ -147,5 +164,41 @@ mod tests {
         );
         done_tx.send(()).unwrap();
         t.join().unwrap();
+    }
+
+    /// The count follows threads as they come and go. Other tests of this binary run threads
+    /// too, so it is compared with listings taken around it, retried if a thread came or went
+    /// in between.
+    #[test]
+    fn the_thread_count_is_the_listing_length() {
+        let agrees = || {
+            (0..100).any(|_| {
+                let before = self_tids().unwrap().len();
+                let count = self_thread_count().unwrap();
+                count == before && self_tids().unwrap().len() == before
+            })
+        };
+        assert!(agrees(), "before");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let done_rx = std::sync::Arc::new(std::sync::Mutex::new(done_rx));
+        let extra: Vec<_> = (0..5)
+            .map(|_| {
+                let (tx, done_rx) = (tx.clone(), done_rx.clone());
+                std::thread::spawn(move || {
+                    tx.send(unsafe { libc::gettid() }).unwrap();
+                    let _ = done_rx.lock().unwrap().recv();
+                })
+            })
+            .collect();
+        let new: Vec<libc::pid_t> = (0..5).map(|_| rx.recv().unwrap()).collect();
+        let listed = self_tids().unwrap();
+        assert!(new.iter().all(|tid| listed.contains(tid)), "{new:?} in {listed:?}");
+        assert!(agrees(), "with 5 more threads");
+        drop(done_tx);
+        for t in extra {
+            t.join().unwrap();
+        }
+        assert!(agrees(), "after threads came and went");
     }
 }

@@ -13,6 +13,8 @@
 //! unwinder for the architecture comes from [`crate::arch::dwarf`].
 
 #[cfg(target_arch = "x86_64")]
+use super::frame_records::{self, FunctionStarts};
+#[cfg(target_arch = "x86_64")]
 use super::rbx_cfa::{Lookup, RbxTables, RbxTablesBuilder};
 use super::stack_reader::StackReader;
 use super::Registers;
@@ -37,6 +39,9 @@ pub struct DwarfUnwinder {
     /// Code ranges of the modules, sorted: a PC stepped from rbx must land in one.
     #[cfg(target_arch = "x86_64")]
     texts: Vec<std::ops::Range<u64>>,
+    /// Where each function starts, to prove a frame record found without rbp.
+    #[cfg(target_arch = "x86_64")]
+    starts: FunctionStarts,
     /// `dl_iterate_phdr`'s load and unload counters when this snapshot was taken.
     generation: (u64, u64),
     modules: usize,
@@ -52,16 +57,22 @@ impl DwarfUnwinder {
         #[cfg(target_arch = "x86_64")]
         let mut rbx = RbxTablesBuilder::new();
         let mut texts = Vec::new();
+        #[cfg(target_arch = "x86_64")]
+        let mut starts = FunctionStarts::default();
         let generation = for_each_object(|object| {
             #[cfg(target_arch = "x86_64")]
             let module = object_module(object, &mut rbx);
             #[cfg(not(target_arch = "x86_64"))]
             let module = object_module(object);
-            if let Some(module) = module {
+            if let Some((module, bytes, (hdr_address, hdr))) = module {
                 modules += 1;
-                table_bytes += module.1;
-                texts.push(module.0.avma_range());
-                unwinder.add_module(module.0);
+                table_bytes += bytes + hdr.len();
+                texts.push(module.avma_range());
+                #[cfg(target_arch = "x86_64")]
+                starts.add(module.avma_range(), hdr_address, hdr);
+                #[cfg(not(target_arch = "x86_64"))]
+                let _ = (hdr_address, hdr);
+                unwinder.add_module(module);
             }
         });
         texts.sort_by_key(|r| r.start);
@@ -74,6 +85,8 @@ impl DwarfUnwinder {
             rbx: rbx.finish(),
             #[cfg(target_arch = "x86_64")]
             texts,
+            #[cfg(target_arch = "x86_64")]
+            starts,
             generation,
             modules,
             table_bytes,
@@ -96,14 +109,16 @@ impl DwarfUnwinder {
 
     /// Walks the stack interrupted at `regs.sp`, read through `stack`, into `out` (PC first);
     /// `None` if all caches are in use, in which case the caller walks frame pointers instead.
+    /// `without_rbp`: `regs.fp` is not known (a thread blocked in the kernel), and a frame
+    /// that needs it is stepped by its proven frame record ([`super::frame_records`]) - a
+    /// scan that reads up to a page of stack and is not for signal handlers.
     /// Async-signal-safe.
     #[cfg(target_arch = "x86_64")]
-    pub fn walk(&self, regs: Registers, stack: &mut StackReader, out: &mut [u64]) -> Option<usize> {
+    pub fn walk(&self, regs: Registers, stack: &mut StackReader, out: &mut [u64], without_rbp: bool) -> Option<usize> {
         if out.is_empty() || regs.pc == 0 {
             return Some(0);
         }
         let mut cache = self.caches.claim()?;
-        let mut read = |addr: u64| stack.read(addr).ok_or(());
         let mut state = unwind_regs(&regs, self.max_code_address);
         // The rbx of the frame being stepped, while it is known (see `rbx_cfa`).
         let mut rbx = regs.rbx;
@@ -111,6 +126,7 @@ impl DwarfUnwinder {
         out[0] = regs.pc;
         let mut n = 1;
         while n < out.len() {
+            let mut read = |addr: u64| stack.read(addr).ok_or(());
             let lookup = if self.rbx.is_empty() {
                 Lookup::Untracked
             } else {
@@ -122,12 +138,36 @@ impl DwarfUnwinder {
                 }
                 _ => {
                     let next = self.unwinder.unwind_frame(address, &mut state, &mut cache, &mut read);
+                    let next = match next {
+                        // framehop reads rbp 0 as the end of the frame chain.
+                        Err(_) | Ok(None) if without_rbp => {
+                            // The frame's CFA may need the rbp we do not have: step it by
+                            // its frame record, if one is proven.
+                            let found = frame_records::find(
+                                &self.starts,
+                                address.address_for_lookup(),
+                                state.sp(),
+                                stack,
+                                |pc| self.is_code(pc),
+                            );
+                            match found {
+                                Some((cfa, ret, caller_rbp)) => {
+                                    state.set_sp(cfa);
+                                    state.set_bp(caller_rbp);
+                                    state.set_ip(ret);
+                                    Ok(Some(ret))
+                                }
+                                None => next,
+                            }
+                        }
+                        next => next,
+                    };
                     // framehop set sp to this frame's CFA; recover the caller's rbx from it.
                     rbx = match lookup {
                         Lookup::Untracked => None,
                         Lookup::Tracked(None) => rbx,
                         Lookup::Tracked(Some(row)) => {
-                            row.rbx_at.and_then(|at| read(state.sp().wrapping_add_signed(at)).ok())
+                            row.rbx_at.and_then(|at| stack.read(state.sp().wrapping_add_signed(at)))
                         }
                     };
                     next.ok().flatten()
@@ -148,9 +188,11 @@ impl DwarfUnwinder {
     /// Walks the stack interrupted at `regs.sp`, read through `stack`, into `out` (PC first);
     /// `None` if all caches are in use, in which case the caller walks frame pointers instead.
     /// framehop takes the first frame's caller from LR where the CFI says it is still there,
-    /// and strips pointer authentication from return addresses. Async-signal-safe.
+    /// and strips pointer authentication from return addresses. `_without_rbp`: a blocked
+    /// thread's frame-pointer frames are not recovered here (x86-64's frame-record proof decodes
+    /// x86 calls), so such a walk ends at the first frame that needs x29. Async-signal-safe.
     #[cfg(not(target_arch = "x86_64"))]
-    pub fn walk(&self, regs: Registers, stack: &mut StackReader, out: &mut [u64]) -> Option<usize> {
+    pub fn walk(&self, regs: Registers, stack: &mut StackReader, out: &mut [u64], _without_rbp: bool) -> Option<usize> {
         if out.is_empty() || regs.pc == 0 {
             return Some(0);
         }
@@ -276,12 +318,16 @@ fn for_each_object(mut f: impl FnMut(&libc::dl_phdr_info)) -> (u64, u64) {
     state.generation
 }
 
-/// A framehop module for one loaded object, with copies of its unwind tables, and their size.
-/// Rows that concern rbx go to `rbx` (see `rbx_cfa`).
+/// A copy of an object's `.eh_frame_hdr` and the address it was at.
+type HeaderCopy = (u64, Vec<u8>);
+
+/// A framehop module for one loaded object, with copies of its unwind tables, their size, and
+/// another copy of `.eh_frame_hdr` with its address (for function starts). Rows that concern
+/// rbx go to `rbx` (see `rbx_cfa`).
 fn object_module(
     object: &libc::dl_phdr_info,
     #[cfg(target_arch = "x86_64")] rbx: &mut RbxTablesBuilder,
-) -> Option<(Module<Vec<u8>>, usize)> {
+) -> Option<(Module<Vec<u8>>, usize, HeaderCopy)> {
     // SAFETY: glibc passes dlpi_phnum program headers at dlpi_phdr.
     let headers = unsafe { std::slice::from_raw_parts(object.dlpi_phdr, object.dlpi_phnum as usize) };
     let bias = object.dlpi_addr;
@@ -325,7 +371,12 @@ fn object_module(
         eh_frame: Some(eh_frame),
         ..Default::default()
     };
-    Some((Module::new(name, bias + text_start..bias + text_end, bias, info), bytes))
+    let hdr_copy = (bias + hdr.p_vaddr, info.eh_frame_hdr.clone().unwrap_or_default());
+    Some((
+        Module::new(name, bias + text_start..bias + text_end, bias, info),
+        bytes,
+        hdr_copy,
+    ))
 }
 
 /// The stated address of `.eh_frame` from `.eh_frame_hdr` (at stated address `hdr_svma`).
@@ -377,7 +428,7 @@ mod tests {
         let mut window = [0; 64];
         let mut stack = StackReader::new(regs.sp, None, &mut window);
         let n = match unwinder {
-            Some(unwinder) => unwinder.walk(regs, &mut stack, out).unwrap(),
+            Some(unwinder) => unwinder.walk(regs, &mut stack, out, false).unwrap(),
             None => crate::unwind::walk(regs, &mut stack, out),
         };
         std::hint::black_box(n)
@@ -427,7 +478,7 @@ mod tests {
             };
             let mut window = [0; 64];
             unwinder
-                .walk(regs, &mut StackReader::new(base, None, &mut window), out)
+                .walk(regs, &mut StackReader::new(base, None, &mut window), out, false)
                 .unwrap()
         };
         let mut out = [0u64; 8];

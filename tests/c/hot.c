@@ -48,28 +48,44 @@ static double cpu_seconds(void) {
   return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+static double wall_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
 /* Each round's length varies (hot_a still does exactly 3x hot_b's work in every round), so the
  * loop has no period for a tick-driven timer to fall into step with: a strictly periodic loop
  * whose period divides the 4 ms kernel tick is sampled at the same points tick after tick
- * (CPUPROF_PERIODIC=1 keeps the fixed rounds, for bench/sampling_accuracy.py). */
+ * (CPUPROF_PERIODIC=1 keeps the fixed rounds, for bench/sampling_accuracy.py).
+ *
+ * The process CPU clock is read (a system call) at most every 50 ms of wall time, timed by the
+ * monotonic clock (vDSO, no system call), not after every round: reading one's own CPU clock
+ * makes the scheduler bring the thread's run time up to date, notice there that its slice is
+ * used up, and preempt it at that system call's exit, between two ticks. On a loaded machine
+ * the thread then runs in slices that end at a round's end before the next tick, and the ticks
+ * that do land in it are mostly the ones that end a slice mid-round, in a round's tail: every
+ * tick-driven CPU timer (per-thread POSIX timers, setitimer) then over-weights whatever the
+ * round runs last (hot_a 67-71 % for 75 %; docs/DESIGN.md, "Timers"). CPUPROF_ROUND_CLOCK=1
+ * keeps a read after every round, to reproduce that. */
 static void work(double seconds) {
   int periodic = getenv("CPUPROF_PERIODIC") != NULL;
+  int every_round = getenv("CPUPROF_ROUND_CLOCK") != NULL;
   struct timespec seed;
   clock_gettime(CLOCK_MONOTONIC, &seed);
   unsigned long state = (unsigned long)seed.tv_nsec ^ (unsigned long)getpid() << 32;
   double end = cpu_seconds() + seconds;
-  while (cpu_seconds() < end) {
+  double next_read = wall_seconds() + 0.05;
+  for (;;) {
+    if (every_round || wall_seconds() >= next_read) {
+      if (cpu_seconds() >= end) break;
+      next_read = wall_seconds() + 0.05;
+    }
     state = state * 6364136223846793005UL + 1442695040888963407UL;
     unsigned long n = periodic ? 200000 : 20000 + (state >> 33) % 360000;
     hot_a(n);
     hot_b(n);
   }
-}
-
-static double wall_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 int main(int argc, char **argv) {

@@ -152,16 +152,22 @@ pub fn cum_percentages(table: &str) -> HashMap<String, f64> {
     percentages(table, 4)
 }
 
-/// Percentages from column `col` of a `flat flat% sum% cum cum% name` table.
+/// Percentages from column `col` of a `flat flat% sum% cum cum% name` table (`cpuprof top` of
+/// a wall-clock profile has four columns of thread states before the name).
 pub fn percentages(table: &str, col: usize) -> HashMap<String, f64> {
     let mut out = HashMap::new();
+    let name_col = if table.contains(" on-CPU runnable blocked ") {
+        9
+    } else {
+        5
+    };
     for line in table.lines() {
         let cols: Vec<&str> = line.split_whitespace().collect();
-        if cols.len() < 6 || !cols[col].ends_with('%') {
+        if cols.len() <= name_col || !cols[col].ends_with('%') {
             continue;
         }
         if let Ok(p) = cols[col].trim_end_matches('%').parse::<f64>() {
-            let name = cols[5..].join(" ");
+            let name = cols[name_col..].join(" ");
             out.entry(name).or_insert(p);
         }
     }

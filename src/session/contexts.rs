@@ -1,0 +1,126 @@
+//! The contexts (thread and state) of a wall-clock profile's records, on their way from the
+//! call-chain table to the file's context lines, and the names of the threads they name.
+//!
+//! In the table a context is the last word of its chain ([`SampleContext::marker`]); the
+//! writer takes it off before the record is written, so every reader sees plain stacks, and
+//! notes which records had which context, to write after the maps text.
+
+use crate::format::sample_context::{context_line, state_text, thread_line};
+use crate::format::SampleContext;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+
+/// The stack of a chain from the table, and its context if it ends in a marker.
+pub fn split(pcs: &[u64]) -> (&[u64], Option<SampleContext>) {
+    match pcs.split_last() {
+        Some((&last, stack)) => match SampleContext::from_marker(last) {
+            Some(context) => (stack, Some(context)),
+            None => (pcs, None),
+        },
+        None => (pcs, None),
+    }
+}
+
+/// The contexts of the records written to one file so far.
+#[derive(Default)]
+pub struct RecordContexts {
+    /// (first record, records, context): a count too large for one slot takes several.
+    runs: Vec<(u64, u64, SampleContext)>,
+}
+
+impl RecordContexts {
+    /// Records `first .. first + records` of the file have `context`.
+    pub fn note(&mut self, first: u64, records: u64, context: SampleContext) {
+        if records > 0 {
+            self.runs.push((first, records, context));
+        }
+    }
+
+    /// The context lines, then a line naming each thread they mention whose name is known.
+    pub fn text(&self) -> Vec<u8> {
+        let mut text = String::new();
+        let mut tids = BTreeSet::new();
+        for &(first, records, context) in &self.runs {
+            let state = state_text(context.state, crate::sys::syscall_names::name);
+            for ordinal in first..first + records {
+                text.push_str(&context_line(ordinal, context.tid, &state));
+            }
+            tids.insert(context.tid);
+        }
+        let names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+        for tid in tids {
+            if let Some(name) = names.get(&tid) {
+                text.push_str(&thread_line(tid, name));
+            }
+        }
+        text.into_bytes()
+    }
+}
+
+/// Thread names by thread id, as the wall sampler last read them. Thread ids are reused
+/// only after the thread is gone; a profile names a reused id by its latest thread.
+static NAMES: Mutex<BTreeMap<u32, Vec<u8>>> = Mutex::new(BTreeMap::new());
+
+/// Reads thread `tid`'s name (`/proc/self/task/TID/comm`) into the table; false if it could
+/// not be read (the thread is gone).
+pub fn read_thread_name(tid: libc::pid_t) -> bool {
+    let Ok(mut name) = std::fs::read(format!("/proc/self/task/{tid}/comm")) else {
+        return false;
+    };
+    if name.last() == Some(&b'\n') {
+        name.pop();
+    }
+    NAMES.lock().unwrap_or_else(|e| e.into_inner()).insert(tid as u32, name);
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::{SampleContexts, ThreadState};
+
+    #[test]
+    fn markers_come_off_the_stacks_into_lines_readers_parse() {
+        let context = SampleContext {
+            tid: 7,
+            state: ThreadState::Blocked {
+                syscall: libc::SYS_read as u16,
+            },
+        };
+        let chain = [0x401000, 0x402000, context.marker()];
+        assert_eq!(split(&chain), (&chain[..2], Some(context)));
+        assert_eq!(split(&chain[..2]), (&chain[..2], None));
+        let mut contexts = RecordContexts::default();
+        contexts.note(0, 2, context);
+        contexts.note(
+            5,
+            1,
+            SampleContext {
+                tid: 8,
+                state: ThreadState::OnCpu,
+            },
+        );
+        let own = crate::sampler::thread_timers::gettid();
+        assert!(read_thread_name(own));
+        contexts.note(
+            6,
+            1,
+            SampleContext {
+                tid: own as u32,
+                state: ThreadState::Runnable,
+            },
+        );
+        let mut read = SampleContexts::default();
+        let text = String::from_utf8(contexts.text()).unwrap();
+        for line in text.lines() {
+            assert!(read.parse_line(line), "{line}");
+        }
+        assert_eq!(read.of(1).unwrap().state, "blocked:read");
+        assert_eq!(read.of(5).unwrap().state, "cpu");
+        assert_eq!(read.of(6).unwrap().state, "runnable");
+        assert_eq!(read.of(2), None);
+        let name = std::thread::current().name().map(|n| n[..n.len().min(15)].to_string());
+        assert_eq!(Some(read.thread_label(own as u32)), name);
+        assert_eq!(read.thread_label(7), "thread 7");
+    }
+}
