@@ -4,7 +4,7 @@
 mod support;
 
 use cpuprof::format::Profile;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 use support::*;
@@ -160,35 +160,58 @@ fn get_stack_trace_returns_the_callers() {
 fn profiling_signal_toggles_numbered_profiles() {
     let dir = scratch_dir("toggle");
     let hot = compile_c(&dir, "hot.c", "hot", FP_FLAGS, false);
-    let base = dir.join("toggle.prof");
-    let mut child = Command::new(&hot)
-        .arg("4")
-        .env("LD_PRELOAD", lib())
-        .env("CPUPROFILE", &base)
-        .env("CPUPROFILESIGNAL", libc::SIGUSR2.to_string())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let pid = child.id() as i32;
-    for wait_ms in [500, 1200, 300, 1200] {
-        std::thread::sleep(Duration::from_millis(wait_ms));
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGUSR2) }, 0);
+    // A CPU profile alone, then a CPU profile with the wall-clock one beside it: both files
+    // numbered alike.
+    for beside in [false, true] {
+        let base = dir.join(format!("toggle-{beside}.prof"));
+        let wall = dir.join(format!("wall-{beside}.prof"));
+        let mut command = Command::new(&hot);
+        command
+            .arg("4")
+            .env("LD_PRELOAD", lib())
+            .env("CPUPROFILE", &base)
+            .env("CPUPROFILESIGNAL", libc::SIGUSR2.to_string())
+            .stdout(std::process::Stdio::null());
+        if beside {
+            command.env("CPUPROFILE_WALL", &wall);
+        }
+        let mut child = command.spawn().unwrap();
+        let pid = child.id() as i32;
+        for wait_ms in [500, 1200, 300, 1200] {
+            std::thread::sleep(Duration::from_millis(wait_ms));
+            assert_eq!(unsafe { libc::kill(pid, libc::SIGUSR2) }, 0);
+        }
+        assert!(
+            child.wait().unwrap().success(),
+            "the toggle signal must not kill the program"
+        );
+        assert!(
+            !base.exists() && !wall.exists(),
+            "with CPUPROFILESIGNAL nothing is profiled until the signal"
+        );
+        // Each window is 1.2 s of wall time: ~120 samples on an idle machine, fewer CPU samples
+        // when the program shares the CPU. What matters here is that each window was profiled.
+        let numbered = |p: &Path, n: u32| PathBuf::from(format!("{}.{n}", p.display()));
+        for n in 0..2 {
+            let p = read_profile(&numbered(&base, n));
+            assert!(
+                p.total_samples() >= 20,
+                "beside={beside} profile .{n}: {} samples",
+                p.total_samples()
+            );
+            assert!(p.maps.contexts.is_empty(), "a CPU profile carries no states");
+            if beside {
+                // The wall profile counts the window's wall time whatever the load: 1.2 s at
+                // 100 Hz of the one thread, within the toggle thread's reaction time.
+                let w = read_profile(&numbered(&wall, n));
+                let seconds = w.total_samples() as f64 * w.period_us as f64 / 1e6;
+                assert!((0.9..=1.5).contains(&seconds), "wall profile .{n}: {seconds:.2} s");
+                assert!(!w.maps.contexts.is_empty(), "wall profile .{n} carries states");
+            }
+        }
+        assert!(!numbered(&base, 2).exists() && !numbered(&wall, 2).exists());
+        assert_eq!(beside, numbered(&wall, 0).exists());
     }
-    assert!(
-        child.wait().unwrap().success(),
-        "the toggle signal must not kill the program"
-    );
-    assert!(
-        !base.exists(),
-        "with CPUPROFILESIGNAL nothing is profiled until the signal"
-    );
-    // Each window is 1.2 s of wall time: ~120 samples on an idle machine, fewer when the
-    // program shares the CPU. What matters here is that each window was profiled.
-    for n in 0..2 {
-        let p = read_profile(&dir.join(format!("toggle.prof.{n}")));
-        assert!(p.total_samples() >= 20, "profile .{n}: {} samples", p.total_samples());
-    }
-    assert!(!dir.join("toggle.prof.2").exists());
 }
 
 #[test]

@@ -277,6 +277,8 @@ fn stripped_or_without_source_still_counts() {
     let tree = dir.join("tree");
     std::fs::create_dir_all(tree.join("src")).unwrap();
     std::fs::copy(source(), tree.join("src/moved.c")).unwrap();
+    let header = "cpu_deadline.h";
+    std::fs::copy(root().join("tests/c").join(header), tree.join("src").join(header)).unwrap();
     let built = dir.join("moved");
     run_ok(
         Path::new("cc"),

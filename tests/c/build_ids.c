@@ -16,15 +16,10 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
+#include "cpu_deadline.h"
 #include <unistd.h>
 
 static volatile unsigned long sink;
-
-static double cpu_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 __attribute__((always_inline)) static inline unsigned long burn(unsigned long n) {
   unsigned long x = n;
@@ -43,8 +38,8 @@ __attribute__((noinline)) void hot_a(unsigned long n) { sink += burn(3 * n); }
 __attribute__((noinline)) void hot_b(unsigned long n) { sink += burn(n); }
 
 static void burn_for(double seconds) {
-  double end = cpu_seconds() + seconds;
-  while (cpu_seconds() < end) {
+  struct cpu_deadline deadline = cpu_deadline_in(CLOCK_PROCESS_CPUTIME_ID, seconds);
+  while (!cpu_deadline_passed(&deadline)) {
     hot_a(100000);
     hot_b(100000);
   }

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include "cpu_deadline.h"
 
 static volatile unsigned long sink;
 
@@ -56,8 +57,8 @@ int main(int argc, char **argv) {
   /* Rounds of varying length, so the loop has no period for the tick-driven timer to fall
    * into step with. */
   unsigned long state = 0x2545F4914F6CDD1DUL;
-  double end = cpu_seconds() + seconds;
-  while (cpu_seconds() < end) {
+  struct cpu_deadline deadline = cpu_deadline_in(CLOCK_PROCESS_CPUTIME_ID, seconds);
+  while (!cpu_deadline_passed(&deadline)) {
     state = state * 6364136223846793005UL + 1442695040888963407UL;
     unsigned long n = 20000 + (state >> 33) % 200000;
     a(n);

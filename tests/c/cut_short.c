@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
+#include "cpu_deadline.h"
 #include <unistd.h>
 
 static volatile unsigned long sink;
@@ -47,8 +48,8 @@ static double cpu_seconds(void) {
  * of the first second's samples instead of 75 %. */
 static void work(double seconds) {
   static unsigned long state = 12345;
-  double end = cpu_seconds() + seconds;
-  while (cpu_seconds() < end) {
+  struct cpu_deadline deadline = cpu_deadline_in(CLOCK_PROCESS_CPUTIME_ID, seconds);
+  while (!cpu_deadline_passed(&deadline)) {
     state = state * 6364136223846793005UL + 1442695040888963407UL;
     unsigned long n = 100000 + (state >> 33) % 200000;
     hot_a(n);

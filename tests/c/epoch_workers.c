@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
+#include "cpu_deadline.h"
 #include <unistd.h>
 
 static volatile unsigned long sink;
@@ -28,15 +29,9 @@ __attribute__((always_inline)) static inline unsigned long burn(unsigned long n)
 __attribute__((noinline)) void hot_a(unsigned long n) { sink += burn(3 * n); }
 __attribute__((noinline)) void hot_b(unsigned long n) { sink += burn(n); }
 
-static double cpu_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 static void work(double seconds) {
-  double end = cpu_seconds() + seconds;
-  while (cpu_seconds() < end) {
+  struct cpu_deadline deadline = cpu_deadline_in(CLOCK_PROCESS_CPUTIME_ID, seconds);
+  while (!cpu_deadline_passed(&deadline)) {
     hot_a(20000);
     hot_b(20000);
   }

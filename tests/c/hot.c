@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "cpu_deadline.h"
 #include <poll.h>
 #include <unistd.h>
 #ifdef USE_API
@@ -58,29 +59,14 @@ static double wall_seconds(void) {
  * loop has no period for a tick-driven timer to fall into step with: a strictly periodic loop
  * whose period divides the 4 ms kernel tick is sampled at the same points tick after tick
  * (CPUPROF_PERIODIC=1 keeps the fixed rounds, for bench/sampling_accuracy.py).
- *
- * The process CPU clock is read (a system call) at most every 50 ms of wall time, timed by the
- * monotonic clock (vDSO, no system call), not after every round: reading one's own CPU clock
- * makes the scheduler bring the thread's run time up to date, notice there that its slice is
- * used up, and preempt it at that system call's exit, between two ticks. On a loaded machine
- * the thread then runs in slices that end at a round's end before the next tick, and the ticks
- * that do land in it are mostly the ones that end a slice mid-round, in a round's tail: every
- * tick-driven CPU timer (per-thread POSIX timers, setitimer) then over-weights whatever the
- * round runs last (hot_a 67-71 % for 75 %; docs/DESIGN.md, "Timers"). CPUPROF_ROUND_CLOCK=1
- * keeps a read after every round, to reproduce that. */
+ * The CPU clock is read every 20 ms, not after every round (cpu_deadline.h says why). */
 static void work(double seconds) {
   int periodic = getenv("CPUPROF_PERIODIC") != NULL;
-  int every_round = getenv("CPUPROF_ROUND_CLOCK") != NULL;
   struct timespec seed;
   clock_gettime(CLOCK_MONOTONIC, &seed);
   unsigned long state = (unsigned long)seed.tv_nsec ^ (unsigned long)getpid() << 32;
-  double end = cpu_seconds() + seconds;
-  double next_read = wall_seconds() + 0.05;
-  for (;;) {
-    if (every_round || wall_seconds() >= next_read) {
-      if (cpu_seconds() >= end) break;
-      next_read = wall_seconds() + 0.05;
-    }
+  struct cpu_deadline deadline = cpu_deadline_in(CLOCK_PROCESS_CPUTIME_ID, seconds);
+  while (!cpu_deadline_passed(&deadline)) {
     state = state * 6364136223846793005UL + 1442695040888963407UL;
     unsigned long n = periodic ? 200000 : 20000 + (state >> 33) % 360000;
     hot_a(n);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include "cpu_deadline.h"
 
 static volatile unsigned long sink;
 
@@ -42,7 +43,8 @@ int main(int argc, char **argv) {
   unsigned long rounds = 0;
   /* Round lengths vary so the loop has no period a tick-driven timer could fall into step with. */
   unsigned long seed = 12345;
-  while (cpu_seconds() < seconds) {
+  struct cpu_deadline deadline = cpu_deadline_in(CLOCK_PROCESS_CPUTIME_ID, seconds - cpu_seconds());
+  while (!cpu_deadline_passed(&deadline)) {
     seed = seed * 6364136223846793005UL + 1442695040888963407UL;
     unsigned long n = 200000 + (seed >> 40) % 100000;
     sink += hot_line(3 * n);

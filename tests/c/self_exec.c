@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <time.h>
+#include "cpu_deadline.h"
 #include <unistd.h>
 
 static volatile unsigned long sink;
@@ -22,17 +23,11 @@ __attribute__((always_inline)) static inline unsigned long burn(unsigned long n)
 __attribute__((noinline)) void hot_a(unsigned long n) { sink += burn(3 * n); }
 __attribute__((noinline)) void hot_b(unsigned long n) { sink += burn(n); }
 
-static double cpu_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 /* Rounds of varying length, so that they do not keep in step with the scheduler tick. */
 static void work(double seconds) {
   unsigned long state = (unsigned long)getpid();
-  double end = cpu_seconds() + seconds;
-  while (cpu_seconds() < end) {
+  struct cpu_deadline deadline = cpu_deadline_in(CLOCK_PROCESS_CPUTIME_ID, seconds);
+  while (!cpu_deadline_passed(&deadline)) {
     state = state * 6364136223846793005UL + 1442695040888963407UL;
     unsigned long n = 100000 + (state >> 33) % 200000;
     hot_a(n);

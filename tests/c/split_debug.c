@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include "cpu_deadline.h"
 
 static volatile unsigned long sink;
 
@@ -23,16 +24,10 @@ __attribute__((noinline)) static void spin_alpha(unsigned long n) { sink += mix(
 
 __attribute__((noinline)) static void spin_beta(unsigned long n) { sink ^= mix(sink + 1, n); }
 
-static double cpu_seconds(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 int main(int argc, char **argv) {
   double seconds = argc > 1 ? atof(argv[1]) : 1.0;
-  double start = cpu_seconds();
-  while (cpu_seconds() - start < seconds) {
+  struct cpu_deadline deadline = cpu_deadline_in(CLOCK_PROCESS_CPUTIME_ID, seconds);
+  while (!cpu_deadline_passed(&deadline)) {
     spin_alpha(100000);
     spin_beta(100000);
   }

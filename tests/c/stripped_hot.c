@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "cpu_deadline.h"
 #include <poll.h>
 #include <unistd.h>
 
@@ -33,12 +34,6 @@ __attribute__((always_inline)) static inline unsigned long burn(unsigned long n)
 __attribute__((noinline)) void hot_exported(unsigned long n) { sink += burn(n); }
 __attribute__((noinline)) static void hot_static_a(unsigned long n) { sink += burn(3 * n); }
 __attribute__((noinline)) static void hot_static_b(unsigned long n) { sink += burn(2 * n); }
-
-static double cpu_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* Rounds of varying length, so that no period of the loop falls into step with the timer. */
 static void round_of_work(unsigned long *state) {
@@ -61,8 +56,8 @@ int main(int argc, char **argv) {
       }
     }
   } else {
-    double end = cpu_seconds() + (argc > 1 ? atof(argv[1]) : 2.0);
-    while (cpu_seconds() < end) round_of_work(&state);
+    struct cpu_deadline deadline = cpu_deadline_in(CLOCK_PROCESS_CPUTIME_ID, argc > 1 ? atof(argv[1]) : 2.0);
+    while (!cpu_deadline_passed(&deadline)) round_of_work(&state);
   }
   printf("checksum %d\n", sink != 0 ? 1 : 0);
   return 0;
