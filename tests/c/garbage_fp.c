@@ -5,6 +5,7 @@
  *
  *   garbage_fp SECONDS THREADS     each thread burns SECONDS of CPU; prints "ok" at the end. Build with -mno-red-zone
  *   (x86-64). On aarch64 the garbage is in x29 and in LR (x30). */
+#define _GNU_SOURCE /* pthread_getattr_np */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
