@@ -1,6 +1,7 @@
 //! cpuprof: a sampling CPU profiler for Linux that writes gperftools-compatible profiles.
 //!
 //! Layers, bottom up (each testable without the ones above it):
+//! * [`arch`]: what differs between x86-64 and aarch64 (registers, stack switch, framehop);
 //! * [`format`]: writer and reader of the legacy profile format;
 //! * [`table`]: the lock-free call-chain table and eviction ring;
 //! * [`unwind`]: stack walking that cannot fault;
@@ -11,6 +12,7 @@
 //! * front ends: [`Profiler`] here, the on-demand [`http`] endpoint, the C ABI in `cdylib/`,
 //!   the `cpuprof` CLI in `cli/`.
 
+pub mod arch;
 mod claim_pool;
 pub mod error;
 pub mod format;

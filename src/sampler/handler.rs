@@ -5,11 +5,11 @@
 //! The session publishes a [`SamplerState`] through an atomic pointer; `unpublish` waits until
 //! no handler can still be using it before the session frees it.
 
-use super::context::interrupted_registers;
 use super::thread_timers::ThreadTimerKind;
 use super::timer::Clock;
 use super::walk_stack::Workspace;
 use super::{perf_event, runnable_debts, thread_accounts};
+use crate::arch::{interrupted_registers, SigInfoFields};
 use crate::claim_pool::ClaimPool;
 use crate::format::{SampleContext, SignalWeights, ThreadState};
 use crate::table::{CallChainTable, TableConfig};
@@ -319,19 +319,6 @@ pub fn walk_other_thread(regs: Registers, out: &mut [u64]) -> usize {
     });
     IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
     n
-}
-
-/// The parts of `siginfo_t` the handler reads (x86-64 layout): the union after the three
-/// ints holds `si_tid, si_overrun` for POSIX timers and `si_band, si_fd` for SIGPOLL codes.
-#[repr(C)]
-struct SigInfoFields {
-    signo: c_int,
-    errno: c_int,
-    code: c_int,
-    _pad: c_int,
-    timer_id: c_int,
-    timer_overrun: c_int,
-    poll_fd: c_int,
 }
 
 /// How many handlers can sample at once: one per CPU, with headroom, at most 64.

@@ -1,6 +1,5 @@
 //! Timers and the signal handler: the only code that runs in signal context.
 
-mod context;
 pub mod handler;
 mod perf_event;
 pub mod runnable_debts;
@@ -10,7 +9,7 @@ pub mod thread_timers;
 pub mod timer;
 mod walk_stack;
 
-pub use context::{calling_registers, interrupted_registers};
+pub use crate::arch::{calling_registers, interrupted_registers};
 pub use handler::{
     on_profiling_signal, publish, refresh_dwarf, set_dwarf, unpublish, wait_for_handlers, walk_outside_handler, Labels,
     SampleSource, SamplerState, ThreadFilter, UnwinderChoice,

@@ -50,22 +50,9 @@ impl Workspace {
             window: &mut self.window,
             result: 0,
         };
-        // SAFETY: switches rsp to the top of our own 16-byte aligned stack, calls the C-ABI
-        // trampoline (rsp % 16 == 0 before `call`, as the ABI requires), and restores rsp from
-        // r12, which the callee preserves. The compiler saves r12 for us (declared clobbered).
-        unsafe {
-            std::arch::asm!(
-                "mov r12, rsp",
-                "mov rsp, {top}",
-                "call {f}",
-                "mov rsp, r12",
-                top = in(reg) top,
-                f = in(reg) trampoline::<F> as extern "C" fn(*mut c_void),
-                in("rdi") &mut call as *mut Call<'_, F> as *mut c_void,
-                out("r12") _,
-                clobber_abi("C"),
-            );
-        }
+        // SAFETY: `top` is the 16-byte aligned top of our own stack; the trampoline gets `call`,
+        // alive until it returns.
+        unsafe { crate::arch::call_on_stack(top, trampoline::<F>, &mut call as *mut Call<'_, F> as *mut c_void) };
         call.result
     }
 }

@@ -16,12 +16,6 @@ pub fn choose(options: &Options) -> Result<(SampleSource, c_int), Error> {
     if options.clock == Clock::Real || options.timer == TimerChoice::Itimer {
         return process_timer(options.clock);
     }
-    let signal = match options.timer_signal {
-        Some(signal) => signals::install(signal, on_profiling_signal)
-            .map(|()| signal)
-            .map_err(Error::Signal)?,
-        None => free_realtime_signal()?,
-    };
     let period_ns = 1_000_000_000 / u64::from(options.frequency.max(1));
     // POSIX CPU timers unless perf events are asked for by name: they need no descriptors, have
     // no SIGIO fallback, pass the usual seccomp filters and charge kernel time to its caller
@@ -30,11 +24,37 @@ pub fn choose(options: &Options) -> Result<(SampleSource, c_int), Error> {
         TimerChoice::Perf => &[ThreadTimerKind::Perf, ThreadTimerKind::Posix],
         _ => &[ThreadTimerKind::Posix],
     };
-    for &kind in kinds {
-        match thread_timers::probe(kind, signal, period_ns) {
-            Ok(()) => return Ok((SampleSource::ThreadTimers(kind), signal)),
-            Err(e) => eprintln!("cpuprof: {} unavailable ({e}); falling back", describe(kind)),
+    // Signals at or above this one were refused by timer_create.
+    let mut below = libc::SIGRTMAX() + 1;
+    'signals: loop {
+        let signal = match options.timer_signal {
+            Some(signal) => signals::install(signal, on_profiling_signal)
+                .map(|()| signal)
+                .map_err(Error::Signal)?,
+            None => free_realtime_signal(below)?,
+        };
+        for &kind in kinds {
+            match thread_timers::probe(kind, signal, period_ns) {
+                Ok(()) => return Ok((SampleSource::ThreadTimers(kind), signal)),
+                // An emulator may not map every real-time signal (qemu-user refuses 64): a
+                // signal of our own choosing is traded for the next free one down.
+                Err(e)
+                    if kind == ThreadTimerKind::Posix
+                        && options.timer_signal.is_none()
+                        && signal != libc::SIGPROF
+                        && e.raw_os_error() == Some(libc::EINVAL) =>
+                {
+                    eprintln!(
+                        "cpuprof: timer_create refuses signal {signal} ({}); trying a lower one",
+                        signals::signal_name(signal)
+                    );
+                    below = signal;
+                    continue 'signals;
+                }
+                Err(e) => eprintln!("cpuprof: {} unavailable ({e}); falling back", describe(kind)),
+            }
         }
+        break;
     }
     eprintln!("cpuprof: using a process-wide CPU timer (at most one sample per kernel tick)");
     process_timer(Clock::ProcessCpu)
@@ -78,8 +98,9 @@ fn describe(kind: ThreadTimerKind) -> &'static str {
 /// per-thread timers. Not SIGPROF: an application may install its own SIGPROF handler at any
 /// time (its own profiler, an itimer) and would then receive our signals; with a real-time
 /// signal of our own, its SIGPROF, handler and mask are never affected.
-fn free_realtime_signal() -> Result<c_int, Error> {
-    for signal in (libc::SIGRTMIN()..=libc::SIGRTMAX()).rev() {
+/// Only signals below `below` are taken.
+fn free_realtime_signal(below: c_int) -> Result<c_int, Error> {
+    for signal in (libc::SIGRTMIN()..below.min(libc::SIGRTMAX() + 1)).rev() {
         if signals::is_unhandled(signal) && signals::install(signal, on_profiling_signal).is_ok() {
             return Ok(signal);
         }

@@ -405,14 +405,9 @@ fn parse_blocked(line: &[u8]) -> Option<(Registers, ThreadState)> {
     let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
     let sp = hex(fields[fields.len() - 2])?;
     let pc = hex(fields[fields.len() - 1])?;
-    // The frame pointer and rbx are not in the file: frames whose CFA needs them end the walk.
-    let regs = Registers {
-        pc,
-        sp,
-        fp: 0,
-        rbx: None,
-    };
-    Some((regs, state))
+    // The frame pointer (and rbx, or LR) are not in the file: frames whose CFA needs them
+    // end the walk, or are stepped by a proven frame record (`unwind::frame_records`).
+    Some((Registers::new(pc, sp, 0), state))
 }
 
 /// Reads `/proc/self/task/TID/<file>` into `line`: through the descriptor kept in `kept_fd`

@@ -8,15 +8,18 @@
 //! objects changes. Walks claim a preallocated framehop cache from the snapshot's pool, so
 //! nothing allocates or locks during a walk; every stack read goes through [`StackReader`].
 //! Where no CFI covers a PC (JIT code, stripped tables), framehop follows the frame pointer.
-//! Frames whose CFA is defined from rbx (ld.so's lazy-binding stubs), which framehop would
-//! walk by frame pointer, are stepped here instead ([`super::rbx_cfa`]).
+//! On x86-64, frames whose CFA is defined from rbx (ld.so's lazy-binding stubs), which framehop
+//! would walk by frame pointer, are stepped here instead ([`super::rbx_cfa`]). framehop's
+//! unwinder for the architecture comes from [`crate::arch::dwarf`].
 
+#[cfg(target_arch = "x86_64")]
 use super::frame_records::{self, FunctionStarts};
+#[cfg(target_arch = "x86_64")]
 use super::rbx_cfa::{Lookup, RbxTables, RbxTablesBuilder};
 use super::stack_reader::StackReader;
 use super::Registers;
+use crate::arch::dwarf::{unwind_regs, Cache, Unwinder as ArchUnwinder};
 use crate::claim_pool::ClaimPool;
-use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, MustNotAllocateDuringUnwind, Unwinder};
 use std::ffi::{c_int, c_void, CStr};
 
@@ -26,13 +29,18 @@ type Policy = MustNotAllocateDuringUnwind;
 const CACHES: usize = 16;
 
 pub struct DwarfUnwinder {
-    unwinder: UnwinderX86_64<Vec<u8>, Policy>,
-    caches: ClaimPool<CacheX86_64<Policy>>,
+    unwinder: ArchUnwinder<Vec<u8>, Policy>,
+    caches: ClaimPool<Cache<Policy>>,
+    /// The highest code address of the modules (aarch64 strips pointer authentication with it).
+    max_code_address: u64,
     /// Frames framehop cannot step (CFA from rbx: ld.so's binding stubs) and how to follow rbx.
+    #[cfg(target_arch = "x86_64")]
     rbx: RbxTables,
     /// Code ranges of the modules, sorted: a PC stepped from rbx must land in one.
+    #[cfg(target_arch = "x86_64")]
     texts: Vec<std::ops::Range<u64>>,
     /// Where each function starts, to prove a frame record found without rbp.
+    #[cfg(target_arch = "x86_64")]
     starts: FunctionStarts,
     /// `dl_iterate_phdr`'s load and unload counters when this snapshot was taken.
     generation: (u64, u64),
@@ -43,28 +51,41 @@ pub struct DwarfUnwinder {
 impl DwarfUnwinder {
     /// Snapshots the unwind tables of every loaded object. Not for signal context.
     pub fn build() -> DwarfUnwinder {
-        let mut unwinder = UnwinderX86_64::new();
+        let mut unwinder = ArchUnwinder::new();
         let mut modules = 0;
         let mut table_bytes = 0;
+        #[cfg(target_arch = "x86_64")]
         let mut rbx = RbxTablesBuilder::new();
         let mut texts = Vec::new();
+        #[cfg(target_arch = "x86_64")]
         let mut starts = FunctionStarts::default();
         let generation = for_each_object(|object| {
-            if let Some((module, bytes, (hdr_address, hdr))) = object_module(object, &mut rbx) {
+            #[cfg(target_arch = "x86_64")]
+            let module = object_module(object, &mut rbx);
+            #[cfg(not(target_arch = "x86_64"))]
+            let module = object_module(object);
+            if let Some((module, bytes, (hdr_address, hdr))) = module {
                 modules += 1;
                 table_bytes += bytes + hdr.len();
                 texts.push(module.avma_range());
+                #[cfg(target_arch = "x86_64")]
                 starts.add(module.avma_range(), hdr_address, hdr);
+                #[cfg(not(target_arch = "x86_64"))]
+                let _ = (hdr_address, hdr);
                 unwinder.add_module(module);
             }
         });
         texts.sort_by_key(|r| r.start);
-        let rbx = rbx.finish();
+        let max_code_address = texts.iter().map(|r| r.end).max().unwrap_or(0);
         DwarfUnwinder {
             unwinder,
-            caches: ClaimPool::new(CACHES, CacheX86_64::new_in),
-            rbx,
+            caches: ClaimPool::new(CACHES, Cache::new_in),
+            max_code_address,
+            #[cfg(target_arch = "x86_64")]
+            rbx: rbx.finish(),
+            #[cfg(target_arch = "x86_64")]
             texts,
+            #[cfg(target_arch = "x86_64")]
             starts,
             generation,
             modules,
@@ -92,12 +113,13 @@ impl DwarfUnwinder {
     /// that needs it is stepped by its proven frame record ([`super::frame_records`]) - a
     /// scan that reads up to a page of stack and is not for signal handlers.
     /// Async-signal-safe.
+    #[cfg(target_arch = "x86_64")]
     pub fn walk(&self, regs: Registers, stack: &mut StackReader, out: &mut [u64], without_rbp: bool) -> Option<usize> {
         if out.is_empty() || regs.pc == 0 {
             return Some(0);
         }
         let mut cache = self.caches.claim()?;
-        let mut state = UnwindRegsX86_64::new(regs.pc, regs.sp, regs.fp);
+        let mut state = unwind_regs(&regs, self.max_code_address);
         // The rbx of the frame being stepped, while it is known (see `rbx_cfa`).
         let mut rbx = regs.rbx;
         let mut address = FrameAddress::from_instruction_pointer(regs.pc);
@@ -162,8 +184,60 @@ impl DwarfUnwinder {
         }
         Some(n)
     }
+
+    /// Walks the stack interrupted at `regs.sp`, read through `stack`, into `out` (PC first);
+    /// `None` if all caches are in use, in which case the caller walks frame pointers instead.
+    /// framehop takes the first frame's caller from LR where the CFI says it is still there,
+    /// and strips pointer authentication from return addresses. `_without_rbp`: a blocked
+    /// thread's frame-pointer frames are not recovered here (x86-64's frame-record proof decodes
+    /// x86 calls), so such a walk ends at the first frame that needs x29. Async-signal-safe.
+    #[cfg(not(target_arch = "x86_64"))]
+    pub fn walk(&self, regs: Registers, stack: &mut StackReader, out: &mut [u64], _without_rbp: bool) -> Option<usize> {
+        if out.is_empty() || regs.pc == 0 {
+            return Some(0);
+        }
+        let mut cache = self.caches.claim()?;
+        let mut read = |addr: u64| stack.read(addr).ok_or(());
+        let mut state = unwind_regs(&regs, self.max_code_address);
+        let mut address = FrameAddress::from_instruction_pointer(regs.pc);
+        out[0] = regs.pc;
+        let mut n = 1;
+        while n < out.len() {
+            let next = self.unwinder.unwind_frame(address, &mut state, &mut cache, &mut read);
+            let next = match next {
+                // framehop ends the walk at a frame record whose saved x29 is 0 (the root a
+                // thread's entry makes) without its return address: clone's thread_start
+                // below start_thread. Taken here from that record.
+                Ok(None) => {
+                    let fp = state.fp();
+                    match (read(fp), fp.checked_add(8).map(&mut read)) {
+                        (Ok(0), Some(Ok(ret))) if fp != 0 => {
+                            let ret = crate::arch::return_address(ret);
+                            if ret >= 4096 {
+                                out[n] = ret;
+                                n += 1;
+                            }
+                        }
+                        _ => {}
+                    }
+                    break;
+                }
+                next => next.ok().flatten(),
+            };
+            match next.and_then(FrameAddress::from_return_address) {
+                Some(ret) if ret.address() >= 4096 => {
+                    out[n] = ret.address();
+                    n += 1;
+                    address = ret;
+                }
+                _ => break,
+            }
+        }
+        Some(n)
+    }
 }
 
+#[cfg(target_arch = "x86_64")]
 impl DwarfUnwinder {
     /// Steps a frame whose CFA is `rbx + k` (`row`); `None` ends the walk: rbx unknown, or a
     /// result that is not a caller's frame (CFA not above sp, return address outside code).
@@ -171,7 +245,7 @@ impl DwarfUnwinder {
         &self,
         row: super::rbx_cfa::Row,
         rbx: &mut Option<u64>,
-        state: &mut UnwindRegsX86_64,
+        state: &mut crate::arch::dwarf::UnwindRegs,
         read: &mut impl FnMut(u64) -> Result<u64, ()>,
     ) -> Option<u64> {
         let cfa = rbx.and_then(|rbx| rbx.checked_add_signed(row.cfa_from_rbx?))?;
@@ -252,7 +326,7 @@ type HeaderCopy = (u64, Vec<u8>);
 /// rbx go to `rbx` (see `rbx_cfa`).
 fn object_module(
     object: &libc::dl_phdr_info,
-    rbx: &mut RbxTablesBuilder,
+    #[cfg(target_arch = "x86_64")] rbx: &mut RbxTablesBuilder,
 ) -> Option<(Module<Vec<u8>>, usize, HeaderCopy)> {
     // SAFETY: glibc passes dlpi_phnum program headers at dlpi_phdr.
     let headers = unsafe { std::slice::from_raw_parts(object.dlpi_phdr, object.dlpi_phnum as usize) };
@@ -284,6 +358,7 @@ fn object_module(
     // .eh_frame costs: reading every object (once each) took python importing 15 extension
     // modules from 0.35 s to 3.3 s of CPU in a debug build, ld.so alone to 0.55 s.
     // SAFETY: getauxval has no preconditions.
+    #[cfg(target_arch = "x86_64")]
     if bias == unsafe { libc::getauxval(libc::AT_BASE) } {
         rbx.add(&name, &eh_frame, eh_frame_svma_start, bias, text_start..text_end);
     }
@@ -344,22 +419,19 @@ mod tests {
         assert!(!unwinder.is_stale());
     }
 
+    /// Walks this function's own stack (DWARF with `unwinder`, else frame pointers) while it is
+    /// live: the registers are this function's, not those of a callee that has returned,
+    /// whose frame the walk's own calls would overwrite.
     #[inline(never)]
-    fn here() -> Registers {
-        let (pc, sp, fp): (u64, u64, u64);
-        // SAFETY: reads registers.
-        unsafe {
-            std::arch::asm!("lea {}, [rip]", "mov {}, rsp", "mov {}, rbp", out(reg) pc, out(reg) sp, out(reg) fp);
-        }
-        Registers { pc, sp, fp, rbx: None }
-    }
-
-    #[inline(never)]
-    fn walk_from_here(unwinder: &DwarfUnwinder, out: &mut [u64]) -> usize {
-        let regs = here();
+    fn walk_from_here(unwinder: Option<&DwarfUnwinder>, out: &mut [u64]) -> usize {
+        let regs = crate::arch::calling_registers();
         let mut window = [0; 64];
         let mut stack = StackReader::new(regs.sp, None, &mut window);
-        std::hint::black_box(unwinder.walk(regs, &mut stack, out, false).unwrap())
+        let n = match unwinder {
+            Some(unwinder) => unwinder.walk(regs, &mut stack, out, false).unwrap(),
+            None => crate::unwind::walk(regs, &mut stack, out),
+        };
+        std::hint::black_box(n)
     }
 
     #[test]
@@ -367,22 +439,23 @@ mod tests {
         let _fd = crate::unwind::safe_read::for_tests();
         let unwinder = DwarfUnwinder::build();
         let mut out = [0u64; 128];
-        let n = walk_from_here(&unwinder, &mut out);
+        let n = walk_from_here(Some(&unwinder), &mut out);
         // The test harness runs us on a std thread: the walk must get through Rust's std (no
         // frame pointers) down to libc's thread start.
         assert!(n >= 8, "only {n} frames");
-        let regs = here();
-        let mut window = [0; 64];
-        let fp_n = crate::unwind::walk(regs, &mut StackReader::new(regs.sp, None, &mut window), &mut out);
+        let dwarf = out[..n].to_vec();
+        let fp_n = walk_from_here(None, &mut out);
         assert!(
             n >= fp_n,
-            "DWARF walk ({n}) should not be shorter than the frame-pointer walk ({fp_n})"
+            "DWARF walk ({n}: {dwarf:x?}) should not be shorter than the frame-pointer walk ({fp_n}: {:x?})",
+            &out[..fp_n]
         );
     }
 
     /// A sample interrupted in ld.so's binding stub, on a made-up stack: the caller comes from
     /// rbx when rbx and the frame it gives are sound, and the walk stops otherwise.
     #[test]
+    #[cfg(target_arch = "x86_64")]
     fn binding_stub_frames_step_from_rbx_or_not_at_all() {
         let _fd = crate::unwind::safe_read::for_tests();
         let unwinder = DwarfUnwinder::build();

@@ -1,6 +1,8 @@
 //! Frame-pointer stack walking that never faults, whatever the frame-pointer register holds.
 //!
-//! With frame pointers, `[fp]` is the caller's frame pointer and `[fp + 8]` the return address.
+//! With frame pointers, `[fp]` is the caller's frame pointer and `[fp + 8]` the return address
+//! (x86-64's rbp chain and aarch64's frame records `{x29, x30}` alike; aarch64's leaf caller is
+//! in LR, see [`crate::arch`]).
 //! Code built without them uses the register for anything, so every candidate frame is checked:
 //! it must be 8-byte aligned, above the previous one (stacks grow down, so callers live higher),
 //! and readable: every word is read through `StackReader`, which copies memory the thread
@@ -8,16 +10,8 @@
 
 use super::stack_reader::StackReader;
 
-/// Registers a walk starts from.
-#[derive(Clone, Copy, Debug)]
-pub struct Registers {
-    pub pc: u64,
-    pub sp: u64,
-    pub fp: u64,
-    /// rbx, which the DWARF walker needs to step through ld.so's lazy-binding stub
-    /// ([`super::rbx_cfa`]); `None` where the caller cannot know it.
-    pub rbx: Option<u64>,
-}
+pub use crate::arch::Registers;
+use crate::arch::{frameless_leaf_caller, return_address};
 
 /// Frames further apart than this are treated as garbage: no real frame is 64 MiB.
 const MAX_FRAME_SPAN: u64 = 64 << 20;
@@ -31,6 +25,12 @@ pub fn walk(regs: Registers, stack: &mut StackReader, out: &mut [u64]) -> usize 
     }
     out[0] = regs.pc;
     let mut n = 1;
+    if let Some(caller) = frameless_leaf_caller(&regs, stack) {
+        if n < out.len() {
+            out[n] = caller;
+            n += 1;
+        }
+    }
     let mut fp = regs.fp;
     let mut floor = regs.sp;
     while n < out.len() {
@@ -40,6 +40,7 @@ pub fn walk(regs: Registers, stack: &mut StackReader, out: &mut [u64]) -> usize 
         let (Some(next), Some(ret)) = (stack.read(fp), fp.checked_add(8).and_then(|a| stack.read(a))) else {
             break;
         };
+        let ret = return_address(ret);
         if ret < 4096 {
             break;
         }
@@ -68,12 +69,7 @@ mod tests {
             mem[4 * i] = if i + 1 < frames { base + 32 * (i as u64 + 1) } else { 0 };
             mem[4 * i + 1] = 0x1000 + i as u64;
         }
-        Registers {
-            pc: 0x999,
-            sp: base,
-            fp: base,
-            rbx: None,
-        }
+        Registers::new(0x999, base, base)
     }
 
     #[test]
@@ -101,7 +97,7 @@ mod tests {
             assert!((3..=4).contains(&n), "garbage {garbage:#x} gave {n} frames");
         }
         for fp in [0u64, 8, 0xffff_ffff_ffff_fff8, 0x7fff_0000_0000] {
-            let n = walk_from(Registers { fp, ..regs }, None, &mut out);
+            let n = walk_from(Registers::new(regs.pc, regs.sp, fp), None, &mut out);
             assert_eq!(n, 1, "fp {fp:#x}");
         }
     }

@@ -1,7 +1,7 @@
 //! Which stack memory of an interrupted thread is known to be mapped, so that the common walk
 //! needs no kernel-checked copy (no system call in the handler).
 //!
-//! The registry maps a thread's thread pointer (`%fs:0` on x86-64, read without a system call)
+//! The registry maps a thread's thread pointer (`%fs:0` on x86-64, `tpidr_el0` on aarch64, read without a system call)
 //! to the range of its stack. It is filled outside signal context: the handler only *requests*
 //! a thread it does not know, with the interrupted SP, and the writer thread resolves requests
 //! against `/proc/self/maps`. A range is accepted only when it cannot disappear while the
@@ -16,6 +16,8 @@
 //! A stale entry (thread exited, control block reused) is harmless: glibc places a reused
 //! control block at the same stack top, and entries are used only when `lo <= sp < hi`.
 
+use crate::arch::current_sp;
+pub use crate::arch::thread_pointer;
 use crate::format::Maps;
 use crate::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -179,32 +181,9 @@ fn slot_of(tp: u64) -> usize {
     ((tp >> 6).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54) as usize % SLOTS
 }
 
-/// The calling thread's thread pointer, which glibc also returns as `pthread_self()`.
-/// Async-signal-safe: one instruction.
-#[inline(always)]
-pub fn thread_pointer() -> u64 {
-    let tp: u64;
-    // SAFETY: reads the TCB self-pointer that the x86-64 TLS ABI keeps at %fs:0.
-    unsafe { std::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) tp, options(nostack, readonly, preserves_flags)) };
-    tp
-}
-
-#[inline(always)]
-fn current_sp() -> u64 {
-    let sp: u64;
-    // SAFETY: copies the stack pointer register.
-    unsafe { std::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags)) };
-    sp
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn thread_pointer_is_pthread_self() {
-        assert_eq!(thread_pointer(), unsafe { libc::pthread_self() } as u64);
-    }
 
     #[test]
     fn requested_threads_are_resolved_and_vouched() {

@@ -3,7 +3,9 @@
  * Values: random, aligned random, just above and below the stack pointer, kernel addresses,
  * the thread's own guard page, heap, low addresses.
  *
- *   garbage_fp SECONDS THREADS     each thread burns SECONDS of CPU; prints "ok" at the end. Build with -mno-red-zone. */
+ *   garbage_fp SECONDS THREADS     each thread burns SECONDS of CPU; prints "ok" at the end. Build with -mno-red-zone
+ *   (x86-64). On aarch64 the garbage is in x29 and in LR (x30). */
+#define _GNU_SOURCE /* pthread_getattr_np */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,8 +47,14 @@ static void *garbage(void *arg) {
         default: fp = x & 0xfffff8; break;
       }
       unsigned long n = 20000;
+#if defined(__aarch64__)
+      /* x29 and x30 (LR, which the frame-pointer walk takes a leaf's caller from) both garbage. */
+      __asm__ volatile("mov x9, x29\n\tmov x29, %1\n\tmov x30, %2\n1:\n\tsubs %0, %0, #1\n\tb.ne 1b\n\tmov x29, x9"
+                       : "+r"(n) : "r"(fp), "r"(x ^ here) : "x9", "x30", "memory", "cc");
+#else
       __asm__ volatile("push %%rbp\n\tmov %1, %%rbp\n1:\n\tdec %0\n\tjnz 1b\n\tpop %%rbp"
                        : "+r"(n) : "r"(fp) : "memory", "cc");
+#endif
     }
   }
   free(heap);

@@ -124,15 +124,26 @@ static int run(const char *mode) {
     guarded[0] = 42; /* faults once; the handler burns CPU, then allows the write */
     printf("guarded %d\n", guarded[0]);
   } else if (!strcmp(mode, "jit")) {
+#if defined(__aarch64__)
+    /* mov x9, 200000; 1: subs x9, x9, 1; b.ne 1b; ret */
+    static const unsigned int code[] = {0xd281a809, 0xf2a00069, 0xf1000529, 0x54ffffe1, 0xd65f03c0};
+#else
     /* mov rcx, 200000; 1: dec rcx; jnz 1b; ret */
     static const unsigned char code[] = {0x48, 0xc7, 0xc1, 0x40, 0x0d, 0x03, 0x00, 0x48, 0xff, 0xc9, 0x75, 0xfb, 0xc3};
+#endif
     unsigned char *buf = mmap(NULL, 4096, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     memcpy(buf, code, sizeof code);
+    __builtin___clear_cache((char *)buf, (char *)buf + sizeof code);
     void (*jitted)(void) = (void (*)(void))buf;
     double end = thread_cpu() + 1.0;
     unsigned long calls = 0;
     while (thread_cpu() < end) {
+#if defined(__aarch64__)
+      __asm__ volatile("mov x10, x29\n\tmov x29, %1\n\tblr %0\n\tmov x29, x10"
+                       : : "r"(jitted), "r"(0xdeadbeef1UL) : "x9", "x10", "x30", "memory", "cc");
+#else
       __asm__ volatile("push %%rbp\n\tmov $0xdeadbeef1, %%rbp\n\tcall *%0\n\tpop %%rbp" : : "r"(jitted) : "rcx", "memory");
+#endif
       calls++;
     }
     puts(calls > 0 ? "ok" : "no calls");

@@ -23,6 +23,14 @@ fn target_dir() -> PathBuf {
 pub fn artifacts() -> &'static (PathBuf, PathBuf) {
     static BUILT: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
     BUILT.get_or_init(|| {
+        // Prebuilt ones: tests/aarch64.rs runs a test binary under qemu-aarch64, where cargo
+        // cannot build, and the host's own libcpuprof.so and cpuprof (which qemu runs natively).
+        if let (Some(lib), Some(cli)) = (
+            std::env::var_os("CPUPROF_TEST_LIB"),
+            std::env::var_os("CPUPROF_TEST_CLI"),
+        ) {
+            return (lib.into(), cli.into());
+        }
         let profile_dir = target_dir();
         let mut cmd = Command::new(env!("CARGO"));
         cmd.current_dir(root())
