@@ -246,7 +246,10 @@ fn known_answer_with_frame_pointers_under_qemu() {
     // The default timer signal: qemu refuses 64 to timer_create, and the next one down is taken.
     let out = profiled(cross, &hot, &["3"], &profile, &[("CPUPROFILE_UNWINDER", "fp")]);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("refuses signal 64"), "the lower signal is said: {stderr}");
+    assert!(
+        stderr.contains("refuses signal 64"),
+        "the lower signal is said: {stderr}"
+    );
     assert!(!stderr.contains("falling back"), "per-thread timers: {stderr}");
     assert_hot_known_answer(&hot, &profile);
     // The aarch64 CLI reads it too, under qemu.
