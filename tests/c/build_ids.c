@@ -38,7 +38,7 @@ __attribute__((noinline)) void hot_a(unsigned long n) { sink += burn(3 * n); }
 __attribute__((noinline)) void hot_b(unsigned long n) { sink += burn(n); }
 
 static void burn_for(double seconds) {
-  struct cpu_deadline deadline = cpu_deadline_in(CLOCK_PROCESS_CPUTIME_ID, seconds);
+  struct cpu_deadline deadline = cpu_deadline_in(seconds);
   while (!cpu_deadline_passed(&deadline)) {
     hot_a(100000);
     hot_b(100000);

@@ -48,7 +48,7 @@ static double cpu_seconds(void) {
  * of the first second's samples instead of 75 %. */
 static void work(double seconds) {
   static unsigned long state = 12345;
-  struct cpu_deadline deadline = cpu_deadline_in(CLOCK_PROCESS_CPUTIME_ID, seconds);
+  struct cpu_deadline deadline = cpu_deadline_in(seconds);
   while (!cpu_deadline_passed(&deadline)) {
     state = state * 6364136223846793005UL + 1442695040888963407UL;
     unsigned long n = 100000 + (state >> 33) % 200000;

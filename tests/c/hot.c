@@ -65,7 +65,7 @@ static void work(double seconds) {
   struct timespec seed;
   clock_gettime(CLOCK_MONOTONIC, &seed);
   unsigned long state = (unsigned long)seed.tv_nsec ^ (unsigned long)getpid() << 32;
-  struct cpu_deadline deadline = cpu_deadline_in(CLOCK_PROCESS_CPUTIME_ID, seconds);
+  struct cpu_deadline deadline = cpu_deadline_in(seconds);
   while (!cpu_deadline_passed(&deadline)) {
     state = state * 6364136223846793005UL + 1442695040888963407UL;
     unsigned long n = periodic ? 200000 : 20000 + (state >> 33) % 360000;
@@ -114,6 +114,6 @@ int main(int argc, char **argv) {
   } else {
     work(seconds);
   }
-  printf("checksum %lu\ncpu %.4f\nwall %.4f\n", sink != 0, cpu_seconds(), wall_seconds() - started);
+  printf("checksum %lu\ncpu %.4f\nwall %.4f\n", (unsigned long)(sink != 0), cpu_seconds(), wall_seconds() - started);
   return 0;
 }

@@ -26,7 +26,7 @@ __attribute__((noinline)) void hot_b(unsigned long n) { sink += burn(n); }
 /* Rounds of varying length, so that they do not keep in step with the scheduler tick. */
 static void work(double seconds) {
   unsigned long state = (unsigned long)getpid();
-  struct cpu_deadline deadline = cpu_deadline_in(CLOCK_PROCESS_CPUTIME_ID, seconds);
+  struct cpu_deadline deadline = cpu_deadline_in(seconds);
   while (!cpu_deadline_passed(&deadline)) {
     state = state * 6364136223846793005UL + 1442695040888963407UL;
     unsigned long n = 100000 + (state >> 33) % 200000;

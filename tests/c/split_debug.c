@@ -26,7 +26,7 @@ __attribute__((noinline)) static void spin_beta(unsigned long n) { sink ^= mix(s
 
 int main(int argc, char **argv) {
   double seconds = argc > 1 ? atof(argv[1]) : 1.0;
-  struct cpu_deadline deadline = cpu_deadline_in(CLOCK_PROCESS_CPUTIME_ID, seconds);
+  struct cpu_deadline deadline = cpu_deadline_in(seconds);
   while (!cpu_deadline_passed(&deadline)) {
     spin_alpha(100000);
     spin_beta(100000);

@@ -20,7 +20,7 @@ static double cpu_now(void) {
  * after the loop keeps each out of its caller and off the tail-call path. */
 __attribute__((noinline)) static unsigned long spin_one(double seconds) {
   volatile unsigned long x = 1;
-  struct cpu_deadline deadline = cpu_deadline_in(CLOCK_PROCESS_CPUTIME_ID, seconds);
+  struct cpu_deadline deadline = cpu_deadline_in(seconds);
   while (!cpu_deadline_passed(&deadline))
     for (int i = 0; i < 20000; i++) x = x * 31 + i;
   __asm__ volatile("");
@@ -29,7 +29,7 @@ __attribute__((noinline)) static unsigned long spin_one(double seconds) {
 
 __attribute__((noinline)) static unsigned long spin_two(double seconds) {
   volatile unsigned long x = 2;
-  struct cpu_deadline deadline = cpu_deadline_in(CLOCK_PROCESS_CPUTIME_ID, seconds);
+  struct cpu_deadline deadline = cpu_deadline_in(seconds);
   while (!cpu_deadline_passed(&deadline))
     for (int i = 0; i < 20000; i++) x = x * 37 ^ i;
   __asm__ volatile("");
@@ -38,7 +38,7 @@ __attribute__((noinline)) static unsigned long spin_two(double seconds) {
 
 __attribute__((noinline)) static unsigned long spin_three(double seconds) {
   volatile unsigned long x = 3;
-  struct cpu_deadline deadline = cpu_deadline_in(CLOCK_PROCESS_CPUTIME_ID, seconds);
+  struct cpu_deadline deadline = cpu_deadline_in(seconds);
   while (!cpu_deadline_passed(&deadline))
     for (int i = 0; i < 20000; i++) x = (x + i) * 41;
   __asm__ volatile("");

@@ -12,7 +12,7 @@ static double unit;
 
 static void burn(double seconds) {
   volatile unsigned long x = 0;
-  struct cpu_deadline deadline = cpu_deadline_in(CLOCK_THREAD_CPUTIME_ID, seconds);
+  struct cpu_deadline deadline = cpu_deadline_in(seconds);
   while (!cpu_deadline_passed(&deadline))
     for (int i = 0; i < 10000; i++) x = x * 31 + i;
 }
