@@ -5,6 +5,10 @@ handler. Configurations are interleaved within each round and the excess is take
 so drift on a shared machine hits all of them alike; the table shows medians over rounds.
 
     python3 bench/handler_cost.py [--rounds 7] [--signals 200000] [--depths 10,50,250]
+                                  [--baseline OTHER/libcpuprof.so]
+
+--baseline adds another build of libcpuprof.so (an older commit's) to the same rounds, to show
+that a change left the handler's cost where it was.
 
 Needs cc and libgoogle-perftools-dev (for /usr/lib/x86_64-linux-gnu/libprofiler.so)."""
 import argparse
@@ -36,6 +40,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--signals", type=int, default=200000)
     parser.add_argument("--depths", default="10,50,250")
+    parser.add_argument("--baseline", help="another libcpuprof.so to compare with, in the same rounds")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as workdir:
         exe, cpuprof = build(workdir)
@@ -45,11 +50,16 @@ def main():
             "cpuprof fp": (cpuprof, {"CPUPROFILE_UNWINDER": "fp", "CPUPROFILE_TIMER": "itimer"}),
             "cpuprof dwarf": (cpuprof, {"CPUPROFILE_UNWINDER": "dwarf", "CPUPROFILE_TIMER": "itimer"}),
         }
+        if args.baseline:
+            for walker in ["fp", "dwarf"]:
+                configs[f"baseline {walker}"] = (os.path.abspath(args.baseline),
+                                                 {"CPUPROFILE_UNWINDER": walker, "CPUPROFILE_TIMER": "itimer"})
         print(f"ns of CPU per signal above an empty handler (median of {args.rounds} rounds, "
               f"{args.signals} signals each)\n")
+        extra = " baseline fp | baseline dwarf | fp / baseline | dwarf / baseline |" if args.baseline else ""
         print("| depth | empty handler (floor) | gperftools 2.10 | cpuprof fp | cpuprof dwarf "
-              "| fp / gperftools | dwarf / gperftools |")
-        print("|---|---|---|---|---|---|---|")
+              "| fp / gperftools | dwarf / gperftools |" + extra)
+        print("|---|---|---|---|---|---|---|" + ("---|" * 4 if args.baseline else ""))
         for depth in [int(d) for d in args.depths.split(",")]:
             floors, excess = [], {name: [] for name in configs}
             for _ in range(args.rounds):
@@ -59,9 +69,13 @@ def main():
                     excess[name].append(ns_per_signal(exe, library, depth, args.signals, env, workdir) - floor)
             med = {name: statistics.median(v) for name, v in excess.items()}
             gp = med["gperftools"]
-            print(f"| {depth} | {statistics.median(floors):.0f} | {gp:.0f} | {med['cpuprof fp']:.0f} | "
-                  f"{med['cpuprof dwarf']:.0f} | {med['cpuprof fp'] / gp:.2f} | {med['cpuprof dwarf'] / gp:.2f} |",
-                  flush=True)
+            row = (f"| {depth} | {statistics.median(floors):.0f} | {gp:.0f} | {med['cpuprof fp']:.0f} | "
+                   f"{med['cpuprof dwarf']:.0f} | {med['cpuprof fp'] / gp:.2f} | {med['cpuprof dwarf'] / gp:.2f} |")
+            if args.baseline:
+                fp, dwarf = med["baseline fp"], med["baseline dwarf"]
+                row += (f" {fp:.0f} | {dwarf:.0f} | {med['cpuprof fp'] / fp:.2f} | "
+                        f"{med['cpuprof dwarf'] / dwarf:.2f} |")
+            print(row, flush=True)
 
 
 if __name__ == "__main__":
