@@ -25,6 +25,8 @@ pub enum Error {
     /// `stop` was called in a child forked from the profiled process: the profile belongs to
     /// the parent, so the child leaves the file alone.
     ForkedChild { path: PathBuf },
+    /// A profile could not be read back (for a [`Report`](crate::Report)).
+    Read(String),
 }
 
 impl fmt::Display for Error {
@@ -37,6 +39,7 @@ impl fmt::Display for Error {
             Error::Signal(e) => write!(f, "cannot profile: {e}"),
             Error::Timer(e) => write!(f, "cannot arm the profiling timer: {e}"),
             Error::Spawn(e) => write!(f, "cannot start the profile writer thread: {e}"),
+            Error::Read(e) => write!(f, "cannot read the profile: {e}"),
             Error::ForkedChild { path } => {
                 write!(
                     f,

@@ -7,10 +7,13 @@
 //! ```
 
 use crate::error::Error;
+use crate::report::Report;
 use crate::sampler::{Clock, UnwinderChoice};
 use crate::session::epochs::{EpochOptions, DEFAULT_EPOCH_SECONDS};
-use crate::session::options::{clamp_depth, TimerChoice, WallBeside, MAX_TABLE_ENTRIES, MIN_TABLE_ENTRIES};
-use crate::session::{global, Options, Report};
+use crate::session::options::{
+    clamp_depth, TimerChoice, WallBeside, DEFAULT_MEMORY_LIMIT, MAX_TABLE_ENTRIES, MIN_TABLE_ENTRIES,
+};
+use crate::session::{global, Options, Summary};
 use std::path::Path;
 use std::time::Duration;
 
@@ -26,6 +29,9 @@ impl Profiler {
     pub fn builder() -> ProfilerBuilder {
         ProfilerBuilder {
             options: Options::default(),
+            thread_labels: None,
+            report_on_stderr: None,
+            memory_limit: DEFAULT_MEMORY_LIMIT,
         }
     }
 }
@@ -34,7 +40,15 @@ impl Profiler {
 #[derive(Clone, Debug)]
 pub struct ProfilerBuilder {
     options: Options,
+    /// Set by [`ProfilerBuilder::thread_labels`]; otherwise the default of how it starts.
+    thread_labels: Option<bool>,
+    /// Set by [`ProfilerBuilder::report_on_stderr`]; likewise.
+    report_on_stderr: Option<bool>,
+    memory_limit: usize,
 }
+
+/// What errors call a profile kept in memory, where they would name its file.
+const IN_MEMORY: &str = "(in memory)";
 
 impl ProfilerBuilder {
     /// Samples per CPU-second, 1 to 4000.
@@ -105,9 +119,28 @@ impl ProfilerBuilder {
         self
     }
 
-    /// Whether to print gperftools' `PROFILE: ...` line on stderr at stop (default: yes).
+    /// Labels every sample with its thread (`CPUPROFILE_THREADS=1`): reports and pprof
+    /// files then split the profile by thread, with the threads' names. The default for
+    /// [`start_in_memory`](Self::start_in_memory); off for files, whose call-chain table then
+    /// holds each chain once per thread that ran it. Wall-clock profiles always have threads.
+    pub fn thread_labels(mut self, on: bool) -> Self {
+        self.thread_labels = Some(on);
+        self
+    }
+
+    /// The most memory a profile kept in memory ([`start_in_memory`](Self::start_in_memory))
+    /// may take, in bytes (default 256 MiB, at least 1 MiB): past it, samples are no longer
+    /// recorded, and the summary and report say the profile is incomplete.
+    pub fn memory_limit(mut self, bytes: usize) -> Self {
+        self.memory_limit = bytes.max(1 << 20);
+        self
+    }
+
+    /// Whether to print gperftools' `PROFILE: ...` line on stderr at stop (default: yes for
+    /// a file; no for a profile kept in memory, whose [`Report::summary`] has the numbers and
+    /// whose top table says what was lost).
     pub fn report_on_stderr(mut self, on: bool) -> Self {
-        self.options.report_on_stderr = on;
+        self.report_on_stderr = Some(on);
         self
     }
 
@@ -137,8 +170,33 @@ impl ProfilerBuilder {
         self
     }
 
-    pub fn start(self, path: impl AsRef<Path>) -> Result<ProfilerGuard, Error> {
+    /// Starts profiling into the file at `path` (a database directory in epoch mode).
+    pub fn start(mut self, path: impl AsRef<Path>) -> Result<ProfilerGuard, Error> {
+        self.options.thread_labels = self.thread_labels.unwrap_or(false);
+        self.options.report_on_stderr = self.report_on_stderr.unwrap_or(true);
         global::start(path.as_ref(), self.options)?;
+        Ok(ProfilerGuard { stopped: false })
+    }
+
+    /// Starts a profile that stays in memory: no file is created, and
+    /// [`ProfilerGuard::report`] gives it back named, to print or write in any format.
+    /// Samples carry their threads unless [`thread_labels`](Self::thread_labels) says no.
+    /// Not with [`epochs`](Self::epochs) nor [`wall_beside`](Self::wall_beside).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), cpuprof::Error> {
+    /// let guard = cpuprof::Profiler::builder().start_in_memory()?;
+    /// // ... work ...
+    /// let report = guard.report()?;
+    /// println!("{} samples", report.total_samples());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn start_in_memory(mut self) -> Result<ProfilerGuard, Error> {
+        self.options.thread_labels = self.thread_labels.unwrap_or(true);
+        self.options.report_on_stderr = self.report_on_stderr.unwrap_or(false);
+        self.options.in_memory = Some(self.memory_limit);
+        global::start(Path::new(IN_MEMORY), self.options)?;
         Ok(ProfilerGuard { stopped: false })
     }
 }
@@ -162,9 +220,30 @@ impl ProfilerGuard {
     }
 
     /// Stops profiling and completes the file.
-    pub fn stop(mut self) -> Result<Report, Error> {
+    pub fn stop(mut self) -> Result<Summary, Error> {
         self.stopped = true;
         global::stop()
+    }
+
+    /// Stops profiling and gives the profile back named ([`Report`]): from memory after
+    /// [`ProfilerBuilder::start_in_memory`], else read back from the file just completed.
+    pub fn report(mut self) -> Result<Report, Error> {
+        self.stopped = true;
+        let (summary, held) = global::stop_keeping()?;
+        let raw = match (held, &summary.path) {
+            (Some(bytes), _) => bytes,
+            (None, Some(path)) => std::fs::read(path).map_err(|source| Error::Write {
+                path: path.clone(),
+                source,
+            })?,
+            (None, None) => return Err(Error::Read("the profile kept no bytes".into())),
+        };
+        Report::build(raw, Some(summary))
+    }
+
+    /// Everything sampled so far, named, while profiling goes on (not in epoch mode).
+    pub fn snapshot(&self) -> Result<Report, Error> {
+        Report::build(global::snapshot()?, None)
     }
 }
 

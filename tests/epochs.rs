@@ -468,7 +468,7 @@ fn c_and_rust_front_ends_write_epochs() {
         x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
     }
     let report = guard.stop().unwrap();
-    assert_eq!(report.path, db);
+    assert_eq!(report.path.as_ref(), Some(&db));
     let files = finished_files(&db);
     assert!(files.len() >= 4, "{:?}", database(&db));
     for f in &files {

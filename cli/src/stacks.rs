@@ -240,7 +240,8 @@ impl Functions {
         let removed = read_chains(bytes, outline, locator, filters, &mut names, |chain, count, context| {
             tally.add(chain, count, context)
         });
-        let has_states = !outline.maps.contexts.is_empty();
+        // Thread labels of a CPU profile say nothing of states: every sample is on the CPU.
+        let has_states = !outline.maps.contexts.is_empty() && !outline.maps.contexts.cpu_profile;
         Functions::new(outline.period_us, names, tally, removed, filters.active(), has_states)
     }
 

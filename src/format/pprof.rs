@@ -78,9 +78,9 @@ impl Pprof {
         mut frames: impl FnMut(u64) -> Vec<Frame>,
         mut build_id: impl FnMut(&str) -> String,
     ) -> Pprof {
-        let has_contexts = profile.samples.iter().any(|s| s.context.is_some());
+        let wall = !profile.maps.contexts.cpu_profile && profile.samples.iter().any(|s| s.context.is_some());
         let mut pprof = Pprof {
-            kind: if has_contexts { "wall" } else { "cpu" },
+            kind: if wall { "wall" } else { "cpu" },
             period_ns: profile.period_us * 1000,
             ..Pprof::default()
         };
@@ -134,8 +134,11 @@ impl Pprof {
                             LabelValue::Text(profile.maps.contexts.thread_label(context.tid)),
                         ),
                         ("thread_id".to_string(), LabelValue::Number(i64::from(context.tid))),
-                        ("state".to_string(), LabelValue::Text(state.to_string())),
                     ];
+                    // A CPU profile's samples are all on the CPU: its labels name threads only.
+                    if wall {
+                        labels.push(("state".to_string(), LabelValue::Text(state.to_string())));
+                    }
                     if let Some(call) = syscall {
                         labels.push(("syscall".to_string(), LabelValue::Text(call.to_string())));
                     }

@@ -30,6 +30,8 @@ use std::fmt::Write;
 
 const CONTEXT_PREFIX: &str = "# context ";
 const THREAD_PREFIX: &str = "# thread ";
+/// Says the contexts label a CPU profile's samples with their threads: not a wall-clock profile.
+const CPU_LABELS_LINE: &str = "# samples cpu";
 /// The top 16 bits of a marker: neither all zeros nor all ones, so never a user address.
 const MARKER_TAG: u64 = 0xc9f0 << 48;
 const TAG_MASK: u64 = 0xffff << 48;
@@ -139,6 +141,9 @@ pub struct SampleContexts {
     /// (record ordinal, context), ordinals increasing.
     pub records: Vec<(u64, ReadContext)>,
     pub thread_names: BTreeMap<u32, String>,
+    /// The contexts label a CPU profile's samples with their threads (a `# samples cpu` line):
+    /// every sample is CPU time, and the profile is not a wall-clock one.
+    pub cpu_profile: bool,
 }
 
 impl SampleContexts {
@@ -160,6 +165,10 @@ impl SampleContexts {
             if let Some(entry) = parsed {
                 self.records.push(entry);
             }
+            return true;
+        }
+        if line.trim_end() == CPU_LABELS_LINE {
+            self.cpu_profile = true;
             return true;
         }
         if let Some(rest) = line.strip_prefix(THREAD_PREFIX) {
@@ -201,6 +210,11 @@ pub fn context_line(ordinal: u64, tid: u32, state: &str) -> String {
 }
 
 /// The line naming thread `tid`.
+/// The line that marks a CPU profile whose samples carry their threads.
+pub fn cpu_labels_line() -> String {
+    format!("{CPU_LABELS_LINE}\n")
+}
+
 pub fn thread_line(tid: u32, name: &[u8]) -> String {
     let mut line = format!("{THREAD_PREFIX}{tid} ");
     for &b in name {

@@ -80,6 +80,11 @@ impl<W: Write> ProfileWriter<W> {
         self.sink.flush()
     }
 
+    /// The sink, to look at what it holds.
+    pub fn get_ref(&self) -> &W {
+        &self.sink
+    }
+
     /// The sink, whatever state the profile is in.
     pub fn into_inner(self) -> W {
         self.sink

@@ -2,15 +2,16 @@
 //! and `/debug/pprof/profile` (gzipped protobuf, read by go tool pprof, Parca, Pyroscope).
 
 use super::request::{query_param, Request, Response};
-use super::symbols::Symbolizer;
 use crate::error::Error;
 use crate::format::pprof::{Frame, Pprof};
 use crate::format::Profile;
+use crate::session::options::DEFAULT_MEMORY_LIMIT;
 use crate::session::{global, Options};
+use crate::symbolize::Symbolizer;
 use flate2::write::GzEncoder;
 use std::io::Write;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// `seconds` when the request gives none (pprof's default).
@@ -140,30 +141,21 @@ struct Taken {
     duration: Duration,
 }
 
-/// Profiles the whole process for `seconds` into a private temporary file and returns its
-/// bytes; `None` when the client hung up first: the profile is stopped and its file removed
-/// at once, so the next request need not wait for a profile nobody will read.
+/// Profiles the whole process for `seconds`, in memory (no file is created), and returns the
+/// profile's bytes; `None` when the client hung up first: the profile is stopped at once, so
+/// the next request need not wait for a profile nobody will read.
 fn take_profile(seconds: u64, client_gone: ClientWatch) -> Result<Option<Taken>, Error> {
-    static REQUESTS: AtomicU64 = AtomicU64::new(0);
-    let path: PathBuf = std::env::temp_dir().join(format!(
-        "cpuprof-http-{}-{}.prof",
-        std::process::id(),
-        REQUESTS.fetch_add(1, Ordering::Relaxed)
-    ));
     let options = Options {
         report_on_stderr: false,
+        in_memory: Some(DEFAULT_MEMORY_LIMIT),
         ..Options::from_env(|k| std::env::var(k).ok())
     };
     let (started, clock) = (SystemTime::now(), Instant::now());
-    global::start_on_demand(&path, options)?;
+    global::start_on_demand(Path::new("(on-demand profile)"), options)?;
     let abandoned = client_gone(Duration::from_secs(seconds));
-    let stopped = global::stop_on_demand();
+    let (_, bytes) = global::stop_on_demand_keeping()?;
     let duration = clock.elapsed();
-    let bytes = (!abandoned).then(|| std::fs::read(&path));
-    let _ = std::fs::remove_file(&path);
-    stopped?;
-    let bytes = bytes.transpose().map_err(|source| Error::Write { path, source })?;
-    Ok(bytes.map(|bytes| Taken {
+    Ok(bytes.filter(|_| !abandoned).map(|bytes| Taken {
         bytes,
         started,
         duration,
@@ -270,24 +262,11 @@ mod tests {
     }
 
     #[test]
-    fn a_profile_whose_client_left_is_stopped_and_removed() {
-        let before = temp_profiles();
+    fn a_profile_whose_client_left_is_stopped() {
         let r = super::handle(&get("/pprof/profile?seconds=300"), &|_| true);
         assert_eq!(r.status, 400);
         assert!(String::from_utf8_lossy(&r.body).contains("abandoned"));
-        assert_eq!(temp_profiles(), before);
         assert!(!PROFILING.load(Ordering::Acquire));
-    }
-
-    fn temp_profiles() -> usize {
-        let prefix = format!("cpuprof-http-{}-", std::process::id());
-        std::fs::read_dir(std::env::temp_dir())
-            .unwrap()
-            .filter(|e| {
-                e.as_ref()
-                    .is_ok_and(|e| e.file_name().to_string_lossy().starts_with(&prefix))
-            })
-            .count()
     }
 
     #[test]

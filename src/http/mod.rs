@@ -21,9 +21,7 @@
 //! are checked the same way before every read and write and before they are closed.
 
 mod endpoints;
-mod lines;
 mod request;
-mod symbols;
 
 use crate::sys::fd::identity;
 use std::io::{self, Read, Write};

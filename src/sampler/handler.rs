@@ -76,6 +76,8 @@ pub enum Labels {
     None,
     /// A wall-clock profile: every sample.
     All,
+    /// A CPU profile whose samples name their threads: every sample, on the CPU.
+    Threads,
     /// A wall-clock profile beside the CPU profile: CPU samples are recorded plain, and
     /// labelled for the wall profile as many times as the thread's CPU time they cover holds
     /// multiples of the wall period (systematic thinning per thread: over a thread's life its
@@ -188,7 +190,7 @@ impl SamplerState {
                 self.weights.add(weight);
                 return;
             }
-            Labels::All => weight,
+            Labels::All | Labels::Threads => weight,
             Labels::Beside {
                 cpu_period_ns,
                 wall_period_ns,

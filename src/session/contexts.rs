@@ -5,7 +5,7 @@
 //! writer takes it off before the record is written, so every reader sees plain stacks, and
 //! notes which records had which context, to write after the maps text.
 
-use crate::format::sample_context::{context_line, state_text, thread_line};
+use crate::format::sample_context::{context_line, cpu_labels_line, state_text, thread_line};
 use crate::format::SampleContext;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
@@ -26,9 +26,19 @@ pub fn split(pcs: &[u64]) -> (&[u64], Option<SampleContext>) {
 pub struct RecordContexts {
     /// (first record, records, context): a count too large for one slot takes several.
     runs: Vec<(u64, u64, SampleContext)>,
+    /// The contexts label a CPU profile's samples with their threads (not a wall profile).
+    cpu_profile: bool,
 }
 
 impl RecordContexts {
+    /// `cpu_profile`: the contexts will label a CPU profile's samples with their threads.
+    pub fn new(cpu_profile: bool) -> RecordContexts {
+        RecordContexts {
+            runs: Vec::new(),
+            cpu_profile,
+        }
+    }
+
     /// Records `first .. first + records` of the file have `context`.
     pub fn note(&mut self, first: u64, records: u64, context: SampleContext) {
         if records > 0 {
@@ -36,9 +46,25 @@ impl RecordContexts {
         }
     }
 
+    /// Notes the first record of thread `tid` in a CPU profile: its name is read now, while
+    /// the thread most likely still runs (the wall sampler reads the names of the threads it
+    /// looks at itself).
+    pub fn name_new_thread(&self, tid: u32) {
+        if !self.cpu_profile {
+            return;
+        }
+        let known = NAMES.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&tid);
+        if !known {
+            read_thread_name(tid as libc::pid_t);
+        }
+    }
+
     /// The context lines, then a line naming each thread they mention whose name is known.
     pub fn text(&self) -> Vec<u8> {
         let mut text = String::new();
+        if self.cpu_profile && !self.runs.is_empty() {
+            text.push_str(&cpu_labels_line());
+        }
         let mut tids = BTreeSet::new();
         for &(first, records, context) in &self.runs {
             let state = state_text(context.state, crate::sys::syscall_names::name);

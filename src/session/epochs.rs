@@ -85,6 +85,8 @@ pub struct Database {
     program: String,
     pid: u32,
     period_us: u64,
+    /// The samples carry their threads: the epoch files say it is a CPU profile's labels.
+    thread_labels: bool,
 }
 
 /// The epoch being written.
@@ -104,7 +106,16 @@ impl Database {
             program: program_name(),
             pid: std::process::id(),
             period_us,
+            thread_labels: false,
         }
+    }
+
+    /// Epoch files of a CPU profile whose samples name their threads ([`Options::thread_labels`]).
+    ///
+    /// [`Options::thread_labels`]: super::Options::thread_labels
+    pub fn with_thread_labels(mut self, on: bool) -> Database {
+        self.thread_labels = on;
+        self
     }
 
     pub fn dir(&self) -> &Path {
@@ -134,7 +145,7 @@ impl Database {
                 writer,
                 error: None,
                 mappings,
-                contexts: Default::default(),
+                contexts: super::contexts::RecordContexts::new(self.thread_labels),
                 beside: None,
             },
             ends,

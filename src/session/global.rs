@@ -1,6 +1,6 @@
 //! The process's one profiling session, shared by the Rust API, the C API and autostart.
 
-use super::{Options, Report, Session};
+use super::{Options, Session, Summary};
 use crate::error::Error;
 use crate::sync::Mutex;
 use std::path::{Path, PathBuf};
@@ -48,26 +48,45 @@ fn start_as(path: &Path, options: Options, owner: Owner) -> Result<(), Error> {
 }
 
 /// Stops the program's profile (an on-demand one is not the program's to stop).
-pub fn stop() -> Result<Report, Error> {
+pub fn stop() -> Result<Summary, Error> {
     stop_if(|owner| owner == Owner::Program)
 }
 
+/// [`stop`], returning the profile's bytes too when it was kept in memory.
+pub fn stop_keeping() -> Result<(Summary, Option<Vec<u8>>), Error> {
+    stop_keeping_if(|owner| owner == Owner::Program)
+}
+
+/// Stops the on-demand profile, returning its bytes when it was kept in memory.
+pub fn stop_on_demand_keeping() -> Result<(Summary, Option<Vec<u8>>), Error> {
+    stop_keeping_if(|owner| owner == Owner::OnDemand)
+}
+
+/// A complete copy of the running profile so far (the program's or an on-demand one).
+pub fn snapshot() -> Result<Vec<u8>, Error> {
+    CURRENT.lock().as_ref().ok_or(Error::NotRunning)?.0.snapshot()
+}
+
 /// Stops the on-demand profile.
-pub fn stop_on_demand() -> Result<Report, Error> {
+pub fn stop_on_demand() -> Result<Summary, Error> {
     stop_if(|owner| owner == Owner::OnDemand)
 }
 
 /// Stops whatever profile runs, at exit.
-pub fn stop_any() -> Result<Report, Error> {
+pub fn stop_any() -> Result<Summary, Error> {
     stop_if(|_| true)
 }
 
-fn stop_if(owned: impl Fn(Owner) -> bool) -> Result<Report, Error> {
+fn stop_if(owned: impl Fn(Owner) -> bool) -> Result<Summary, Error> {
+    stop_keeping_if(owned).map(|(summary, _)| summary)
+}
+
+fn stop_keeping_if(owned: impl Fn(Owner) -> bool) -> Result<(Summary, Option<Vec<u8>>), Error> {
     // The lock is held until the old session is fully stopped, so a concurrent start cannot
     // publish its state while this one is still being torn down.
     let mut current = CURRENT.lock();
     match current.take() {
-        Some((session, owner)) if owned(owner) => session.stop(),
+        Some((session, owner)) if owned(owner) => session.stop_keeping(),
         other => {
             *current = other;
             Err(Error::NotRunning)

@@ -42,10 +42,9 @@ pub struct OutputFile {
 }
 
 impl OutputFile {
-    /// Creates the file at `path` (not followed if a symbolic link, never blocking; regular
-    /// files and /dev/null) with its header.
-    fn create(path: &Path, period_us: u64) -> std::io::Result<OutputFile> {
-        let file = ProfileFile::create(path)?;
+    /// The profile going to `file`, its header written. `thread_labels`: its samples carry
+    /// their threads, and it says so.
+    fn new(file: ProfileFile, period_us: u64, thread_labels: bool) -> std::io::Result<OutputFile> {
         let writer = ProfileWriter::new(file, SlotFormat::NATIVE, period_us)?;
         let mut mappings = mappings::SeenMappings::default();
         mappings.record(&read_self_maps());
@@ -53,16 +52,23 @@ impl OutputFile {
             writer,
             error: None,
             mappings,
-            contexts: Default::default(),
+            contexts: contexts::RecordContexts::new(thread_labels),
             beside: None,
         })
     }
+
+    /// Creates the file at `path` (not followed if a symbolic link, never blocking; regular
+    /// files and /dev/null) with its header.
+    fn create(path: &Path, period_us: u64, thread_labels: bool) -> std::io::Result<OutputFile> {
+        OutputFile::new(ProfileFile::create(path)?, period_us, thread_labels)
+    }
 }
 
-/// What a finished profile holds.
+/// What a finished profile holds: gperftools' `PROFILE:` line, in numbers.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Report {
-    pub path: PathBuf,
+pub struct Summary {
+    /// The file written; `None` for a profile kept in memory.
+    pub path: Option<PathBuf>,
     /// Signals that produced a sample.
     pub interrupts: u64,
     /// Records evicted from the table while running.
@@ -75,7 +81,7 @@ pub struct Report {
     pub unsampled_threads: usize,
 }
 
-impl Report {
+impl Summary {
     /// gperftools' summary line, with the lost-sample count appended.
     pub fn summary_line(&self) -> String {
         format!(
@@ -133,22 +139,39 @@ impl Session {
             path: path.to_path_buf(),
             source,
         };
+        if options.in_memory.is_some() && (options.epochs.is_some() || options.wall_beside.is_some()) {
+            return Err(Error::Open {
+                path: path.to_path_buf(),
+                source: std::io::Error::other(
+                    "a profile kept in memory is one profile: no database of epochs, no wall-clock profile beside it",
+                ),
+            });
+        }
+        // Thread labels of CPU samples; a wall profile labels every sample anyway, and beside a
+        // CPU profile the labelled samples are the wall profile's.
+        let thread_labels = options.thread_labels && !wall;
         let output = match &options.epochs {
             Some(epoch_options) => {
-                let db = epochs::Database::new(path, epoch_options.clone(), options.period_us());
+                let db = epochs::Database::new(path, epoch_options.clone(), options.period_us())
+                    .with_thread_labels(thread_labels);
                 let first = db.open(SystemTime::now(), Default::default()).map_err(open_error)?;
                 db.apply_budget(SystemTime::now());
                 writer::Output::Epochs(writer::EpochOutput::new(db, first))
             }
             None => {
-                // Not followed if a symbolic link, never blocking, regular files and /dev/null.
-                let mut out = OutputFile::create(path, options.period_us()).map_err(open_error)?;
+                let mut out = match options.in_memory {
+                    Some(limit) => OutputFile::new(ProfileFile::in_memory(limit), options.period_us(), thread_labels),
+                    // Not followed if a symbolic link, never blocking, regular files and /dev/null.
+                    None => OutputFile::create(path, options.period_us(), thread_labels),
+                }
+                .map_err(open_error)?;
                 if let Some(beside) = &options.wall_beside {
                     let period_us = 1_000_000 / u64::from(beside.frequency.max(1));
-                    let wall_out = OutputFile::create(&beside.path, period_us).map_err(|source| Error::Open {
-                        path: beside.path.clone(),
-                        source,
-                    })?;
+                    let wall_out =
+                        OutputFile::create(&beside.path, period_us, false).map_err(|source| Error::Open {
+                            path: beside.path.clone(),
+                            source,
+                        })?;
                     out.beside = Some(Box::new(wall_out));
                 }
                 writer::Output::File(out)
@@ -165,6 +188,7 @@ impl Session {
                     wall_period_ns: 1_000_000_000 / u64::from(beside.frequency.max(1)),
                 },
                 None if options.wall => sampler::Labels::All,
+                None if thread_labels => sampler::Labels::Threads,
                 None => sampler::Labels::None,
             },
         ));
@@ -253,8 +277,21 @@ impl Session {
         self.control.flush_and_wait();
     }
 
+    /// A complete copy of the profile so far; profiling goes on (not in epoch mode).
+    pub fn snapshot(&self) -> Result<Vec<u8>, Error> {
+        self.control.snapshot_and_wait().map_err(|source| Error::Write {
+            path: self.path.clone(),
+            source,
+        })
+    }
+
     /// Stops sampling, writes the remaining samples, the trailer and the maps, closes the file.
-    pub fn stop(mut self) -> Result<Report, Error> {
+    pub fn stop(self) -> Result<Summary, Error> {
+        self.stop_keeping().map(|(summary, _)| summary)
+    }
+
+    /// [`stop`](Self::stop), returning the profile's bytes too when it was kept in memory.
+    pub fn stop_keeping(mut self) -> Result<(Summary, Option<Vec<u8>>), Error> {
         if std::process::id() != self.pid {
             // A forked child: the writer thread does not exist here, and the file is the
             // parent's. Leave both alone.
@@ -294,8 +331,8 @@ impl Session {
             stats.evictions.load(Ordering::Relaxed),
             stats.lost.load(Ordering::Relaxed),
         );
-        let report = Report {
-            path: self.path.clone(),
+        let report = Summary {
+            path: self.options.in_memory.is_none().then(|| self.path.clone()),
             interrupts,
             evictions,
             bytes: finished.bytes,
@@ -350,7 +387,7 @@ impl Session {
                 source,
             })
             .and(beside)
-            .map(|()| report)
+            .map(|()| (report, finished.held))
     }
 }
 

@@ -52,7 +52,17 @@ pub struct Options {
     pub wall: bool,
     /// A wall-clock profile taken beside this CPU profile, in the same run.
     pub wall_beside: Option<WallBeside>,
+    /// Label every CPU sample with its thread (`CPUPROFILE_THREADS`), as wall-clock samples
+    /// always are: the file then names the thread of each record, readers can split a profile
+    /// by thread, and the call-chain table holds a chain once per thread that ran it.
+    pub thread_labels: bool,
+    /// Keep the profile in memory, at most this many bytes, instead of writing a file.
+    pub in_memory: Option<usize>,
 }
+
+/// The default bound of a profile kept in memory: far above what the call-chain table's
+/// evictions write in hours at the default rate, and still small beside a server's memory.
+pub const DEFAULT_MEMORY_LIMIT: usize = 256 << 20;
 
 /// Where a wall-clock profile taken beside a CPU profile goes, and its rate (samples per
 /// second of wall time of every thread).
@@ -79,6 +89,8 @@ impl Default for Options {
             epochs: None,
             wall: false,
             wall_beside: None,
+            thread_labels: false,
+            in_memory: None,
         }
     }
 }
@@ -105,6 +117,9 @@ impl Options {
                 }
                 _ => eprintln!("cpuprof: CPUPROFILE_TIMER_SIGNAL={sig:?} is not a signal number; ignored"),
             }
+        }
+        if var("CPUPROFILE_THREADS").is_some_and(|v| !matches!(v.trim(), "" | "0")) {
+            o.thread_labels = true;
         }
         if let Some(name) = var("CPUPROFILE_TIMER") {
             match parse_timer(&name) {

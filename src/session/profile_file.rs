@@ -1,5 +1,7 @@
 //! The profile file: opened without blocking or following links, kept at a high descriptor
 //! number, checked to still be ours before every write, and never left ending mid-record.
+//! Or, for a profile that never touches the file system, the same bytes held in memory, up to
+//! a limit that acts as a full disk does.
 //!
 //! Only the writer thread writes it (it blocks every signal, SIGXFSZ included, so a file that
 //! reaches `RLIMIT_FSIZE` gives `EFBIG` there instead of killing the program). Writes are
@@ -13,7 +15,7 @@
 
 use crate::sys::fd::GuardedFd;
 use std::ffi::CString;
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -22,9 +24,7 @@ use std::path::{Path, PathBuf};
 const BUFFER: usize = 1 << 16;
 
 pub struct ProfileFile {
-    fd: GuardedFd,
-    path: PathBuf,
-    regular: bool,
+    target: Target,
     buffer: Vec<u8>,
     /// Offsets in `buffer` where a whole record ends.
     record_ends: Vec<usize>,
@@ -32,6 +32,17 @@ pub struct ProfileFile {
     written: u64,
     /// Set by the first failure: nothing is written after it.
     failed: bool,
+}
+
+/// Where the bytes go.
+enum Target {
+    File {
+        fd: GuardedFd,
+        path: PathBuf,
+        regular: bool,
+    },
+    /// The whole profile in memory, refused past `limit` bytes.
+    Memory { held: Vec<u8>, limit: usize },
 }
 
 impl ProfileFile {
@@ -79,15 +90,53 @@ impl ProfileFile {
             }
         }
         let fd = GuardedFd::adopt(owned, format!("the profile '{}'", path.display()))?;
-        Ok(ProfileFile {
+        Ok(ProfileFile::new(Target::File {
             fd,
             path: path.to_path_buf(),
             regular,
+        }))
+    }
+
+    /// A profile held in memory, at most `limit` bytes of whole records: past that, writes
+    /// fail as on a full disk, and the profile says it is incomplete.
+    pub fn in_memory(limit: usize) -> ProfileFile {
+        ProfileFile::new(Target::Memory {
+            held: Vec::new(),
+            limit,
+        })
+    }
+
+    fn new(target: Target) -> ProfileFile {
+        ProfileFile {
+            target,
             buffer: Vec::with_capacity(BUFFER),
             record_ends: Vec::new(),
             written: 0,
             failed: false,
-        })
+        }
+    }
+
+    /// The bytes of whole records written so far (call after a flush): a copy of the memory
+    /// profile, or the file read back through the profile's own descriptor.
+    pub fn read_back(&self) -> io::Result<Vec<u8>> {
+        match &self.target {
+            Target::Memory { held, .. } => Ok(held.clone()),
+            Target::File { fd, .. } => {
+                if !fd.is_still_ours() {
+                    return Err(fd.taken_error());
+                }
+                // The profile's descriptor is write-only: the same file opened again for
+                // reading, through the descriptor (not the path, which may name another file).
+                let mut bytes = Vec::with_capacity(self.written as usize);
+                std::fs::File::open(format!("/proc/self/fd/{}", fd.raw()))?
+                    .take(self.written)
+                    .read_to_end(&mut bytes)?;
+                if bytes.len() as u64 != self.written {
+                    return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
+                }
+                Ok(bytes)
+            }
+        }
     }
 
     /// Bytes in the file, whole records only.
@@ -97,52 +146,35 @@ impl ProfileFile {
 
     /// Closes the file (if it is still ours) after checking that it is still reachable:
     /// a file whose directory was deleted while profiling has no links left, and its data is
-    /// gone with the last descriptor.
-    pub fn close(self) -> io::Result<()> {
-        if !self.fd.is_still_ours() {
-            let e = self.fd.taken_error();
-            self.fd.abandon();
+    /// gone with the last descriptor. A memory profile gives up its bytes (a file, none).
+    pub fn close(self) -> io::Result<Option<Vec<u8>>> {
+        let (fd, path) = match self.target {
+            Target::Memory { held, .. } => return Ok(Some(held)),
+            Target::File { fd, path, .. } => (fd, path),
+        };
+        if !fd.is_still_ours() {
+            let e = fd.taken_error();
+            fd.abandon();
             return Err(e);
         }
         // SAFETY: fstat fills a local struct for our own descriptor.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        let deleted = unsafe { libc::fstat(self.fd.raw(), &mut st) } == 0 && st.st_nlink == 0;
-        self.fd.close_if_ours();
+        let deleted = unsafe { libc::fstat(fd.raw(), &mut st) } == 0 && st.st_nlink == 0;
+        fd.close_if_ours();
         if deleted {
             return Err(io::Error::other(format!(
                 "'{}' (or its directory) was deleted while profiling; the profile is lost",
-                self.path.display()
+                path.display()
             )));
         }
-        Ok(())
+        Ok(None)
     }
 
     fn write_buffer(&mut self) -> io::Result<()> {
         if self.failed {
             return Err(io::Error::other("an earlier write failed"));
         }
-        let mut done = 0;
-        let result = loop {
-            if done == self.buffer.len() {
-                break Ok(());
-            }
-            if !self.fd.is_still_ours() {
-                break Err(self.fd.taken_error());
-            }
-            let rest = &self.buffer[done..];
-            // SAFETY: writes from a live slice to our own (just checked) descriptor.
-            let n = unsafe { libc::write(self.fd.raw(), rest.as_ptr() as *const libc::c_void, rest.len()) };
-            match n {
-                n if n > 0 => done += n as usize,
-                0 => break Err(io::Error::from(io::ErrorKind::WriteZero)),
-                _ => {
-                    let e = io::Error::last_os_error();
-                    if e.kind() != io::ErrorKind::Interrupted {
-                        break Err(e);
-                    }
-                }
-            }
-        };
+        let (done, result) = self.deliver();
         if let Err(e) = result {
             self.failed = true;
             let whole = self
@@ -152,11 +184,16 @@ impl ProfileFile {
                 .take_while(|&end| end <= done)
                 .last()
                 .unwrap_or(0);
-            if whole < done && self.regular && self.fd.is_still_ours() {
-                // SAFETY: ftruncate of our own (just checked) descriptor, shrinking only.
-                unsafe { libc::ftruncate(self.fd.raw(), (self.written + whole as u64) as libc::off_t) };
+            let keep = self.written + whole as u64;
+            match &mut self.target {
+                Target::File { fd, regular: true, .. } if whole < done && fd.is_still_ours() => {
+                    // SAFETY: ftruncate of our own (just checked) descriptor, shrinking only.
+                    unsafe { libc::ftruncate(fd.raw(), keep as libc::off_t) };
+                }
+                Target::Memory { held, .. } => held.truncate(keep as usize),
+                Target::File { .. } => {}
             }
-            self.written += whole as u64;
+            self.written = keep;
             self.buffer.clear();
             self.record_ends.clear();
             return Err(e);
@@ -165,6 +202,45 @@ impl ProfileFile {
         self.buffer.clear();
         self.record_ends.clear();
         Ok(())
+    }
+
+    /// Hands the buffer to the target: the bytes it took, and why it stopped short.
+    fn deliver(&mut self) -> (usize, io::Result<()>) {
+        let fd = match &mut self.target {
+            Target::Memory { held, limit } => {
+                let took = self.buffer.len().min(limit.saturating_sub(held.len()));
+                held.extend_from_slice(&self.buffer[..took]);
+                if took < self.buffer.len() {
+                    let e = io::Error::other(format!(
+                        "the in-memory profile reached its limit of {} MiB",
+                        *limit >> 20
+                    ));
+                    return (took, Err(e));
+                }
+                return (took, Ok(()));
+            }
+            Target::File { fd, .. } => fd,
+        };
+        let mut done = 0;
+        while done < self.buffer.len() {
+            if !fd.is_still_ours() {
+                return (done, Err(fd.taken_error()));
+            }
+            let rest = &self.buffer[done..];
+            // SAFETY: writes from a live slice to our own (just checked) descriptor.
+            let n = unsafe { libc::write(fd.raw(), rest.as_ptr() as *const libc::c_void, rest.len()) };
+            match n {
+                n if n > 0 => done += n as usize,
+                0 => return (done, Err(io::Error::from(io::ErrorKind::WriteZero))),
+                _ => {
+                    let e = io::Error::last_os_error();
+                    if e.kind() != io::ErrorKind::Interrupted {
+                        return (done, Err(e));
+                    }
+                }
+            }
+        }
+        (done, Ok(()))
     }
 }
 
@@ -233,12 +309,12 @@ mod tests {
         let mut file = ProfileFile::create(&dir.join("p")).unwrap();
         let theirs = std::fs::File::create(dir.join("theirs")).unwrap();
         // SAFETY: dup2 over the profile's number, as a program recycling descriptors does.
-        unsafe { libc::dup2(theirs.as_raw_fd(), file.fd.raw()) };
+        unsafe { libc::dup2(theirs.as_raw_fd(), file.raw_fd()) };
         file.write_all(b"record").unwrap();
         let e = file.flush().unwrap_err();
         assert!(e.to_string().contains("replaced by the program"), "{e}");
         assert_eq!(std::fs::read(dir.join("theirs")).unwrap(), b"");
-        let taken = file.fd.raw();
+        let taken = file.raw_fd();
         assert!(file.close().is_err());
         assert!(
             crate::sys::fd::identity(taken).is_some(),
@@ -251,5 +327,44 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
         let e = file.close().unwrap_err();
         assert!(e.to_string().contains("deleted while profiling"), "{e}");
+    }
+
+    impl ProfileFile {
+        fn raw_fd(&self) -> i32 {
+            match &self.target {
+                Target::File { fd, .. } => fd.raw(),
+                Target::Memory { .. } => panic!("a memory profile has no descriptor"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_memory_profile_keeps_whole_records_up_to_its_limit() {
+        let mut memory = ProfileFile::in_memory(10);
+        memory.write_all(b"abcd").unwrap();
+        memory.write_all(b"efgh").unwrap();
+        memory.flush().unwrap();
+        assert_eq!(memory.read_back().unwrap(), b"abcdefgh");
+        // The next two records pass the limit together: neither half of the second is kept,
+        // and nothing is taken after the failure.
+        memory.write_all(b"ij").unwrap();
+        memory.write_all(b"klm").unwrap();
+        let e = memory.flush().unwrap_err();
+        assert!(e.to_string().contains("in-memory profile reached its limit"), "{e}");
+        assert_eq!(memory.bytes_in_file(), 10);
+        assert!(memory.write_all(b"n").is_err());
+        assert_eq!(memory.close().unwrap().unwrap(), b"abcdefghij");
+    }
+
+    #[test]
+    fn a_file_is_read_back_through_its_own_descriptor() {
+        let dir = scratch("read_back");
+        let mut file = ProfileFile::create(&dir.join("p")).unwrap();
+        file.write_all(b"header").unwrap();
+        file.write_all(b"record").unwrap();
+        file.flush().unwrap();
+        assert_eq!(file.read_back().unwrap(), b"headerrecord");
+        assert_eq!(file.close().unwrap(), None);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -17,10 +17,12 @@
 //! a signal handler, so it cannot take the locks of [`WriterControl`]: it asks through the
 //! atomics below, wakes the writer with a futex, and waits on another, for a bounded time.
 
+use super::contexts::RecordContexts;
 use super::epochs::{Database, Epoch};
+use super::mappings::SeenMappings;
 use super::timing;
 use super::OutputFile;
-use crate::format::{SampleContext, SignalWeights};
+use crate::format::{SampleContext, SignalWeights, SlotFormat, TRAILER};
 use crate::sampler::{self, SampleSource, SamplerState};
 use crate::sync::{Condvar, Mutex};
 use crate::sys::futex;
@@ -134,6 +136,10 @@ struct Requests {
     stop: bool,
     flush_requested: u64,
     flush_done: u64,
+    /// Flush requests that also want a complete copy of the profile so far.
+    snapshot_requested: u64,
+    /// The copy for the latest snapshot request served.
+    snapshot: Option<io::Result<Vec<u8>>>,
 }
 
 impl WriterControl {
@@ -154,12 +160,32 @@ impl WriterControl {
             self.changed.wait(&mut s);
         }
     }
+
+    /// Flushes, then returns a complete profile of everything sampled so far (the records
+    /// written, then a trailer and the maps as they are now); profiling goes on.
+    pub fn snapshot_and_wait(&self) -> io::Result<Vec<u8>> {
+        let mut s = self.state.lock();
+        s.flush_requested += 1;
+        let wanted = s.flush_requested;
+        s.snapshot_requested = wanted;
+        self.changed.notify_all();
+        wake_writer();
+        while s.flush_done < wanted && !s.stop {
+            self.changed.wait(&mut s);
+        }
+        match s.snapshot.take() {
+            Some(snapshot) if s.flush_done >= wanted => snapshot,
+            _ => Err(io::Error::other("the profile stopped before the snapshot was taken")),
+        }
+    }
 }
 
 /// How the profile ended: the bytes in the file, and whether it holds the whole profile.
 pub struct Finished {
     pub bytes: u64,
     pub result: io::Result<()>,
+    /// The profile's bytes, when it was kept in memory.
+    pub held: Option<Vec<u8>>,
     /// The wall-clock profile written beside the CPU profile, if any.
     pub beside: Option<Box<Finished>>,
 }
@@ -200,9 +226,9 @@ pub fn run(
         if idle && ENDS_ASKED.load(Ordering::SeqCst) == ENDS_SERVED.load(Ordering::SeqCst) {
             futex::wait(&WAKE, woken, out.wait_at_most(tick, SystemTime::now()));
         }
-        let (stop, flush) = {
+        let (stop, flush, snapshot) = {
             let s = control.state.lock();
-            (s.stop, s.flush_requested)
+            (s.stop, s.flush_requested, s.snapshot_requested > s.flush_done)
         };
         let ends_asked = ENDS_ASKED.load(Ordering::SeqCst);
         let exiting = EXITING.load(Ordering::SeqCst);
@@ -263,7 +289,12 @@ pub fn run(
         tick = next_tick(tick, drained, last_drain.elapsed(), state.table.ring_capacity_slots());
         last_drain = Instant::now();
         if flushing {
-            control.state.lock().flush_done = flush;
+            let copy = snapshot.then(|| out.snapshot(&state));
+            let mut s = control.state.lock();
+            if copy.is_some() {
+                s.snapshot = copy;
+            }
+            s.flush_done = flush;
             control.changed.notify_all();
         }
         if ending {
@@ -276,8 +307,8 @@ pub fn run(
 /// The `PROFILE:` line for a profile that `_exit` ended, written with write(2): the exiting
 /// thread may hold the lock of Rust's stderr handle (from a signal handler that interrupted it).
 fn print_exit_summary(state: &SamplerState, finished: &Finished, path: PathBuf) {
-    let report = super::Report {
-        path,
+    let report = super::Summary {
+        path: Some(path),
         interrupts: state.interrupts.load(Ordering::Relaxed),
         evictions: state.table.stats.evictions.load(Ordering::Relaxed),
         bytes: finished.bytes,
@@ -445,6 +476,16 @@ impl Output {
         false
     }
 
+    /// A complete copy of the profile so far (see [`WriterControl::snapshot_and_wait`]).
+    fn snapshot(&mut self, state: &SamplerState) -> io::Result<Vec<u8>> {
+        match self {
+            Output::File(out) => out.snapshot(state),
+            Output::Epochs(_) => Err(io::Error::other(
+                "a profile database has no single profile to copy: read its epochs",
+            )),
+        }
+    }
+
     /// At stop or `_exit`: writes what is left and completes the file (in epoch mode, the
     /// current epoch's, the last).
     fn complete(self, state: &SamplerState) -> Finished {
@@ -464,11 +505,26 @@ impl Output {
                 Finished {
                     bytes: e.bytes,
                     result: e.error.map_or(Ok(()), Err),
+                    held: None,
                     beside: None,
                 }
             }
         }
     }
+}
+
+/// What follows the trailer: the maps (with build-ids), the samples' signal weights, and the
+/// records' contexts.
+fn trailer_text(mappings: &mut SeenMappings, weights: SignalWeights, contexts: &RecordContexts) -> Vec<u8> {
+    let maps = read_self_maps();
+    // The program may have closed or reused the descriptor since the last tick: read ELF
+    // images through one that is ours, not through its file.
+    let _ = crate::unwind::safe_read::check();
+    mappings.read_build_ids(&maps);
+    let mut text = mappings.complete(&maps);
+    text.extend_from_slice(weights.line().as_bytes());
+    text.extend_from_slice(&contexts.text());
+    text
 }
 
 /// The wait before the next drain: the time a quarter of the ring's capacity takes to fill at
@@ -502,26 +558,38 @@ impl OutputFile {
         } = self;
         let written = match error {
             Some(e) => Err(e),
-            None => {
-                let maps = read_self_maps();
-                // The program may have closed or reused the descriptor since the last tick:
-                // read ELF images through one that is ours, not through its file.
-                let _ = crate::unwind::safe_read::check();
-                mappings.read_build_ids(&maps);
-                let mut text = mappings.complete(&maps);
-                text.extend_from_slice(weights.line().as_bytes());
-                text.extend_from_slice(&contexts.text());
-                writer.write_trailer(&text)
-            }
+            None => writer.write_trailer(&trailer_text(&mut mappings, weights, &contexts)),
         };
         let file = writer.into_inner();
         let bytes = file.bytes_in_file();
-        let closed = file.close();
+        let (closed, held) = match file.close() {
+            Ok(held) => (Ok(()), held),
+            Err(e) => (Err(e), None),
+        };
         Finished {
             bytes,
             result: written.and(closed),
+            held,
             beside: beside.map(|b| Box::new(b.finish_with(beside_weights, beside_weights))),
         }
+    }
+
+    /// The records written so far, then a trailer and the maps as they are now: a complete
+    /// profile, while this one goes on. Call after a flush.
+    fn snapshot(&mut self, state: &SamplerState) -> io::Result<Vec<u8>> {
+        if let Some(e) = &self.error {
+            return Err(io::Error::new(e.kind(), e.to_string()));
+        }
+        let mut bytes = self.writer.get_ref().read_back()?;
+        for slot in TRAILER {
+            SlotFormat::NATIVE.put(slot, &mut bytes);
+        }
+        bytes.extend_from_slice(&trailer_text(
+            &mut self.mappings,
+            state.signal_weights(),
+            &self.contexts,
+        ));
+        Ok(bytes)
     }
 
     /// Writes evicted records and, when `harvest`, the table's counts, then flushes to the
@@ -560,6 +628,7 @@ impl OutputFile {
         match self.writer.write_record(count, pcs) {
             Ok(()) => {
                 if let Some(context) = context {
+                    self.contexts.name_new_thread(context.tid);
                     self.contexts
                         .note(first, self.writer.records_written() - first, context);
                 }

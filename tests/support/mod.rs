@@ -44,6 +44,25 @@ pub fn artifacts() -> &'static (PathBuf, PathBuf) {
     })
 }
 
+/// Builds `examples/<name>.rs` with `features`, in this test run's profile; returns its path.
+pub fn build_example(name: &str, features: &[&str]) -> PathBuf {
+    let profile_dir = target_dir();
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.current_dir(root())
+        .args(["build", "-q", "-p", "cpuprof", "--example", name]);
+    if !features.is_empty() {
+        cmd.args(["--features", &features.join(",")]);
+    }
+    if profile_dir.file_name().unwrap() == "release" {
+        cmd.arg("--release");
+    }
+    assert!(
+        cmd.status().expect("run cargo build").success(),
+        "building example {name} failed"
+    );
+    profile_dir.join("examples").join(name)
+}
+
 pub fn lib() -> &'static Path {
     &artifacts().0
 }

@@ -1,5 +1,6 @@
-//! In-process symbolisation for the HTTP endpoint: function names for addresses of this
-//! process, from the ELF symbol tables (`.symtab`, else `.dynsym`) of the files in
+//! In-process symbolisation, for the HTTP endpoint and [`Report`](crate::Report)s: function
+//! names for addresses of this process (or of files that have not changed since a profile
+//! listed them), from the ELF symbol tables (`.symtab`, else `.dynsym`) of the files in
 //! `/proc/self/maps`. Runs on the endpoint's thread, never in signal context.
 //!
 //! Code no symbol covers (static functions of a stripped binary, a library's internal
@@ -14,9 +15,11 @@
 //! needs three tables, and it keeps the preloaded library small. Names are returned as the
 //! symbol tables hold them (C++ and Rust names mangled; pprof demangles them).
 
-use super::lines::{self, Section};
+mod lines;
+
 use crate::format::Maps;
 use gimli::{BaseAddresses, EhFrame, EhFrameOffset, LittleEndian, UnwindSection};
+use lines::Section;
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fs::File;
@@ -473,7 +476,7 @@ mod tests {
         let addr = a_function_of_this_test as *const () as usize as u64;
         let lines = s.lines(&[addr + 1, 8]);
         let (file, line) = lines.get(&(addr + 1)).expect("the test binary has .debug_line");
-        assert!(file.ends_with("src/http/symbols.rs"), "{file}");
+        assert!(file.ends_with("src/symbolize/mod.rs"), "{file}");
         assert!((FUNCTION_LINE..FUNCTION_LINE + 3).contains(&(*line as u32)), "{line}");
         assert_eq!(lines.len(), 1);
     }
