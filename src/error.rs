@@ -1,21 +1,40 @@
-//! Errors of the control plane (start, flush, stop). Messages name the file and the cause.
+//! Errors of the control plane: starting, flushing and stopping a profile (through
+//! [`Profiler`](crate::Profiler), the C API or `CPUPROFILE`). Their messages name the file and
+//! the cause, ready to print as they are.
 
 use crate::sampler::SignalError;
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
+/// Why starting, flushing or stopping a profile failed.
+///
+/// The I/O variants keep the underlying [`io::Error`] as their
+/// [`source`](std::error::Error::source).
 #[derive(Debug)]
 pub enum Error {
-    /// A profile is already being taken in this process.
-    AlreadyRunning { path: PathBuf },
+    /// A profile is already being taken in this process (one at a time).
+    AlreadyRunning {
+        /// The file the running profile is being written to.
+        path: PathBuf,
+    },
     /// No profile is being taken.
     NotRunning,
     /// The profile file could not be created.
-    Open { path: PathBuf, source: io::Error },
+    Open {
+        /// The file that was to be created.
+        path: PathBuf,
+        /// Why creating it failed.
+        source: io::Error,
+    },
     /// Writing the profile failed (full disk, I/O error); the records before the failure are
     /// in the file.
-    Write { path: PathBuf, source: io::Error },
+    Write {
+        /// The profile file.
+        path: PathBuf,
+        /// The failed write's error.
+        source: io::Error,
+    },
     /// The profiling signal belongs to the application.
     Signal(SignalError),
     /// The timer could not be armed.
@@ -24,8 +43,12 @@ pub enum Error {
     Spawn(io::Error),
     /// `stop` was called in a child forked from the profiled process: the profile belongs to
     /// the parent, so the child leaves the file alone.
-    ForkedChild { path: PathBuf },
-    /// A profile could not be read back (for a [`Report`](crate::Report)).
+    ForkedChild {
+        /// The parent's profile file.
+        path: PathBuf,
+    },
+    /// A profile could not be read back (for a [`Report`](crate::Report)): the reader's
+    /// message.
     Read(String),
 }
 

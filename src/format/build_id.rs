@@ -29,13 +29,14 @@ const NT_GNU_BUILD_ID: u32 = 3;
 const MAX_HEADERS: usize = 512;
 const MAX_NOTES_BYTES: usize = 64 << 10;
 
-/// The line recording build-id `id` (lower-case hex) for the mapping `start..end`.
+/// The line recording build-id `id` (lower-case hex) for the mapping `start..end`, newline
+/// included, to append to a profile's maps text after the mapping lines.
 pub fn line(start: u64, end: u64, id: &str) -> String {
     format!("{PREFIX}{start:x}-{end:x} {id}\n")
 }
 
 /// `(start, end, id)` of a build-id line; `None` for any other line.
-pub fn parse_line(line: &str) -> Option<(u64, u64, String)> {
+pub(crate) fn parse_line(line: &str) -> Option<(u64, u64, String)> {
     let mut fields = line.trim_start().strip_prefix(PREFIX)?.split_whitespace();
     let (start, end) = fields.next()?.split_once('-')?;
     let start = u64::from_str_radix(start, 16).ok()?;
@@ -45,7 +46,7 @@ pub fn parse_line(line: &str) -> Option<(u64, u64, String)> {
     (valid && fields.next().is_none()).then(|| (start, end, id.to_ascii_lowercase()))
 }
 
-/// Lower-case hex of `bytes`.
+/// Lower-case hex of `bytes`, as build-ids are written.
 pub fn hex(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(2 * bytes.len());
     for b in bytes {
@@ -58,6 +59,27 @@ pub fn hex(bytes: &[u8]) -> String {
 /// offset; `None` if they cannot be read), in hex. Looks in the notes the program headers
 /// name, which is what a loaded image has; with `sections`, also in note sections, which is
 /// where a debug-info file made by `objcopy --only-keep-debug` keeps it.
+///
+/// `None` if the bytes are not an ELF image, the image has no build-id, or a read fails. Reads
+/// are bounded, so a damaged or crafted image costs little and never panics.
+///
+/// ```
+/// use cpuprof::format::build_id::read_elf;
+///
+/// let exe = std::fs::read(std::env::current_exe()?)?;
+/// let id = read_elf(
+///     |offset, len| {
+///         let start = usize::try_from(offset).ok()?;
+///         exe.get(start..start.checked_add(len)?).map(<[u8]>::to_vec)
+///     },
+///     true,
+/// );
+/// // `None` if this program was linked without a build-id.
+/// if let Some(id) = id {
+///     assert!(id.bytes().all(|b| b.is_ascii_hexdigit()));
+/// }
+/// # Ok::<(), std::io::Error>(())
+/// ```
 pub fn read_elf(mut read: impl FnMut(u64, usize) -> Option<Vec<u8>>, sections: bool) -> Option<String> {
     let ident = read(0, 16)?;
     if ident[..4] != *b"\x7fELF" {

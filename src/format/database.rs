@@ -55,7 +55,9 @@ pub fn parse_epoch_name(name: &str) -> Option<SystemTime> {
 /// A finished profile's name in an epoch directory, parsed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FileName {
+    /// The program's name, as the writer made it safe for a file name.
     pub program: String,
+    /// The process id.
     pub pid: u32,
     /// 1 for `<program>.<pid>.prof`, N for `<program>~N.<pid>.prof`.
     pub image: u32,

@@ -18,7 +18,9 @@ use std::hash::{BuildHasher, Hasher};
 /// a multiply carries every input bit into the high half.
 const MULTIPLIER: u64 = 0x9e37_79b9_7f4a_7c15;
 
-/// Builds [`FastHasher`]s with this table's random seed.
+/// Builds [`FastHasher`]s with this table's random seed: the `S` of a
+/// `HashMap<Vec<u64>, V, FastHash>` keyed by addresses or call chains. Each
+/// `FastHash::default()` draws a new seed.
 #[derive(Clone, Copy, Debug)]
 pub struct FastHash {
     seed: u64,
@@ -40,7 +42,8 @@ impl BuildHasher for FastHash {
     }
 }
 
-/// See the module documentation.
+/// The hasher a [`FastHash`] builds: a word-at-a-time multiplicative hash for integer keys
+/// (see the module documentation for what it is good for, and what not).
 #[derive(Clone, Copy, Debug)]
 pub struct FastHasher {
     state: u64,

@@ -1,4 +1,6 @@
-//! The text list of mapped objects that ends a profile (the process's `/proc/self/maps`).
+//! The text list of mapped objects that ends a profile (the process's `/proc/self/maps`), and
+//! the annotations cpuprof adds after it: which object an address was in, at which file
+//! offset, and with which build-id.
 
 use super::build_id;
 use super::sample_context::SampleContexts;
@@ -8,7 +10,9 @@ use std::collections::HashMap;
 /// One mapping line: `start-end perms offset dev inode path`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MapEntry {
+    /// First address of the mapping.
     pub start: u64,
+    /// Address just past the mapping (exclusive).
     pub end: u64,
     /// Four characters such as `r-xp`.
     pub perms: String,
@@ -25,10 +29,13 @@ pub struct MapEntry {
 }
 
 impl MapEntry {
+    /// Whether the mapping was executable (`x` in its permissions): only those hold code that
+    /// samples can land in.
     pub fn is_executable(&self) -> bool {
         self.perms.as_bytes().get(2) == Some(&b'x')
     }
 
+    /// Whether `addr` lies in `start..end`.
     pub fn contains(&self, addr: u64) -> bool {
         self.start <= addr && addr < self.end
     }
@@ -37,6 +44,7 @@ impl MapEntry {
 /// All mapping lines of a profile, in file order.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Maps {
+    /// The mapping lines, in file order.
     pub entries: Vec<MapEntry>,
     /// The signals behind the samples, from a `# signal-weights` line; `None` when not recorded.
     pub signal_weights: Option<SignalWeights>,
@@ -50,6 +58,28 @@ impl Maps {
     /// line gives its build-id to the mapping with its address range; a `# signal-weights`
     /// line gives the profile's signal weights; `# context` and `# thread` lines give the
     /// records' contexts.
+    ///
+    /// Never fails: text that is not UTF-8 is read lossily, and anything unrecognisable is
+    /// skipped.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use cpuprof::format::Maps;
+    ///
+    /// let text = b"00400000-00452000 r-xp 00000000 08:02 173521 /usr/bin/app\n\
+    ///     00651000-00652000 rw-p 00051000 08:02 173521 /usr/bin/app\n\
+    ///     7ffc1000-7ffc2000 rw-p 00000000 00:00 0 [stack]\n\
+    ///     ## build-id 400000-452000 4f536ac1cd2e8806\n";
+    /// let maps = Maps::parse(text);
+    /// assert_eq!(maps.entries.len(), 3);
+    ///
+    /// let code = maps.find(0x401234).unwrap();
+    /// assert!(code.is_executable());
+    /// assert_eq!((code.path.as_str(), code.inode), ("/usr/bin/app", 173521));
+    /// assert_eq!(code.build_id.as_deref(), Some("4f536ac1cd2e8806"));
+    /// assert!(maps.find(0x10).is_none());
+    /// ```
     pub fn parse(text: &[u8]) -> Maps {
         let text = String::from_utf8_lossy(text);
         let mut build: Option<String> = None;
@@ -93,7 +123,8 @@ impl Maps {
         }
     }
 
-    /// The mapping that contains `addr`, preferring executable ones.
+    /// The mapping that contains `addr`, preferring executable ones; `None` if no mapping
+    /// does.
     pub fn find(&self, addr: u64) -> Option<&MapEntry> {
         self.entries
             .iter()

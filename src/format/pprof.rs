@@ -1,6 +1,11 @@
 //! Encoding of pprof's protobuf profile (`profile.proto` of github.com/google/pprof), the
 //! format of `go tool pprof`, Pyroscope, Parca and speedscope, for CPU profiles: sample types
-//! `samples/count` and `cpu/nanoseconds`. Uncompressed; callers gzip it.
+//! `samples/count` and `cpu/nanoseconds` (`wall/nanoseconds` for wall-clock profiles).
+//! Uncompressed; callers gzip it.
+//!
+//! [`Pprof::from_profile`] builds the message from a parsed [`Profile`], naming addresses with
+//! whatever symboliser the caller has; the fields are public, so a caller can also fill in or
+//! adjust a [`Pprof`] itself before [`Pprof::encode`] serialises it.
 //!
 //! Hand-written rather than generated: the encoder is a few varint and length-delimited
 //! writes, and it keeps protobuf code generation (and its build dependencies) out of the
@@ -12,57 +17,110 @@ use std::collections::HashMap;
 /// A mapped object (`Mapping`).
 #[derive(Clone, Debug, Default)]
 pub struct Mapping {
+    /// First address of the mapping in the profiled process.
     pub start: u64,
+    /// Address just past the mapping (exclusive).
     pub limit: u64,
+    /// Offset in `file` that `start` maps.
     pub file_offset: u64,
+    /// Path of the mapped object, or a pseudo-name such as `[vdso]`.
     pub file: String,
+    /// GNU build-id of the object, lower-case hex; empty if unknown.
     pub build_id: String,
 }
 
-/// One frame at a location, innermost inlined frame first in `Location::frames`.
+/// One frame at a location, innermost inlined frame first in [`Location::frames`].
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Frame {
+    /// Function name as the symbol table holds it (readers demangle C++ and Rust names).
     pub function: String,
+    /// Source file; empty if unknown.
     pub file: String,
+    /// Line in `file`; 0 if unknown.
     pub line: u64,
 }
 
-/// An address (`Location`), with its mapping (index into `Pprof::mappings`) and its frames;
-/// no frames leaves symbolisation to the reader.
+/// An address (`Location`), with its mapping and its frames; no frames leaves symbolisation
+/// to the reader.
 #[derive(Clone, Debug, Default)]
 pub struct Location {
+    /// Address in the profiled process.
     pub address: u64,
+    /// Index into [`Pprof::mappings`] of the object holding the address, if known.
     pub mapping: Option<usize>,
+    /// The functions at the address, innermost inlined frame first.
     pub frames: Vec<Frame>,
 }
 
-/// A call chain (indices into `Pprof::locations`, leaf first) seen `count` times, with its
-/// labels (`Label`: a string or a number per key).
+/// A call chain seen `count` times, with its labels (pprof's `Label`: a string or a number
+/// per key).
 #[derive(Clone, Debug)]
 pub struct Sample {
+    /// Indices into [`Pprof::locations`], leaf first.
     pub locations: Vec<usize>,
+    /// Samples taken in this chain; the encoder also writes `count` times the period as the
+    /// second value.
     pub count: u64,
+    /// (key, value) pairs, such as `thread` and `state` for wall-clock samples.
     pub labels: Vec<(String, LabelValue)>,
 }
 
 /// The value of a sample's label.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LabelValue {
+    /// A string label (`Label.str`).
     Text(String),
+    /// A numeric label (`Label.num`).
     Number(i64),
 }
 
-/// A CPU or wall-clock profile to encode.
+/// A CPU or wall-clock profile to encode, in pprof's terms.
+///
+/// ```
+/// use cpuprof::format::pprof::{Frame, Pprof};
+/// use cpuprof::format::{Profile, ProfileWriter, SlotFormat};
+///
+/// let mut writer = ProfileWriter::new(Vec::new(), SlotFormat::NATIVE, 10_000)?;
+/// writer.write_record(3, &[0x401010, 0x401205])?; // leaf, then a return address in main
+/// let bytes = writer.finish(b"00400000-00402000 r-xp 00000000 08:01 42 /usr/bin/app\n")?;
+/// let profile = Profile::parse(&bytes)?;
+///
+/// let pprof = Pprof::from_profile(
+///     &profile,
+///     // Names each address, here from a made-up symbol table; no frames leaves it to the reader.
+///     |addr| {
+///         let function = if addr < 0x401200 { "leaf" } else { "main" };
+///         vec![Frame { function: function.to_string(), ..Frame::default() }]
+///     },
+///     // The build-id of an object the profile recorded none for; empty if unknown.
+///     |_path| String::new(),
+/// );
+/// assert_eq!(pprof.period_ns, 10_000_000);
+/// assert_eq!(pprof.mappings[0].file, "/usr/bin/app");
+/// assert_eq!(pprof.samples[0].count, 3);
+/// // The return address is moved onto its call instruction, as pprof's own reader does.
+/// let addresses: Vec<u64> = pprof.locations.iter().map(|l| l.address).collect();
+/// assert_eq!(addresses, [0x401010, 0x401204]);
+///
+/// let message: Vec<u8> = pprof.encode(); // gzip it to write the usual `.pb.gz` file
+/// assert_eq!(message[0], 0x0a); // field 1 (sample_type), length-delimited, comes first
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Debug, Default)]
 pub struct Pprof {
     /// The second sample type and the period's: `cpu` (the default when empty) or `wall`.
     pub kind: &'static str,
+    /// Sampling period in nanoseconds.
     pub period_ns: u64,
     /// Start of the profile, nanoseconds since the epoch (0: unknown).
     pub time_ns: u64,
+    /// How long the profile ran, in nanoseconds (0: unknown).
     pub duration_ns: u64,
+    /// The executable mappings.
     pub mappings: Vec<Mapping>,
+    /// Each distinct address of the samples.
     pub locations: Vec<Location>,
+    /// The call chains and their counts.
     pub samples: Vec<Sample>,
 }
 
@@ -73,6 +131,13 @@ impl Pprof {
     /// `frames` (innermost inlined frame first; empty to leave it to the reader). Return
     /// addresses are moved onto their call instruction (minus one), as pprof's own reader of
     /// raw profiles does, so both attribute them alike.
+    ///
+    /// `frames` is called once per distinct address, `build_id` once per executable mapping
+    /// without a recorded build-id. `time_ns` and `duration_ns` are left 0 for the caller to
+    /// fill in if it knows them. A wall-clock profile's samples get the labels `thread`,
+    /// `thread_id`, `state` (`on-cpu`, `runnable`, `blocked`) and, when known, `syscall`.
+    ///
+    /// See [`Pprof`] for an example.
     pub fn from_profile(
         profile: &Profile,
         mut frames: impl FnMut(u64) -> Vec<Frame>,
@@ -155,7 +220,8 @@ impl Pprof {
         pprof
     }
 
-    /// The `Profile` message.
+    /// Serialises the profile as pprof's `Profile` message (uncompressed protobuf). Each
+    /// sample has two values: its count, and its count times the period in nanoseconds.
     pub fn encode(&self) -> Vec<u8> {
         let mut strings = StringTable::default();
         let mut out = Vec::new();

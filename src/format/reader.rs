@@ -1,4 +1,5 @@
-//! Reads legacy profiles of any slot width and byte order.
+//! Reads legacy profiles of any slot width and byte order: whole ([`Profile::parse`],
+//! [`Profile::parse_lenient`]) or record by record ([`scan()`]).
 
 use super::{ByteOrder, FastHash, Maps, ReadContext, SlotFormat};
 use std::collections::HashMap;
@@ -7,6 +8,7 @@ use std::fmt;
 /// One distinct call chain and the samples it received (identical chains are summed).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sample {
+    /// Samples taken in this chain (each stands for one sampling period of CPU time).
     pub count: u64,
     /// Interrupted PC first, then return addresses, outermost caller last.
     pub pcs: Vec<u64>,
@@ -15,15 +17,20 @@ pub struct Sample {
     pub context: Option<ReadContext>,
 }
 
-/// A parsed profile.
+/// A parsed profile: its records, with identical call chains merged, and its maps.
 #[derive(Clone, Debug)]
 pub struct Profile {
+    /// Slot width and byte order the file was written in.
     pub format: SlotFormat,
+    /// Sampling period in microseconds: the CPU time (or, in a wall-clock profile, the
+    /// elapsed time) one sample stands for.
     pub period_us: u64,
     /// Distinct call chains in order of first appearance, counts summed.
     pub samples: Vec<Sample>,
     /// How many records the file held before merging.
     pub records: usize,
+    /// The mapped objects (and cpuprof's annotations) that follow the trailer; empty if the
+    /// file has none.
     pub maps: Maps,
 }
 
@@ -34,7 +41,38 @@ impl Profile {
         self.samples.iter().fold(0u64, |total, s| total.saturating_add(s.count))
     }
 
-    /// Parses a complete profile; any defect is an error naming its byte offset.
+    /// Parses a complete profile, in any of the four slot formats.
+    ///
+    /// # Errors
+    ///
+    /// Any defect, from a header that is not a profile's to a missing trailer (a file cut
+    /// short), is a [`ParseError`] naming its byte offset. [`Profile::parse_lenient`] keeps the
+    /// records before a defect instead.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use cpuprof::format::{ParseErrorKind, Profile, ProfileWriter, SlotFormat};
+    ///
+    /// let mut writer = ProfileWriter::new(Vec::new(), SlotFormat::LE64, 10_000)?;
+    /// writer.write_record(5, &[0x401010, 0x401200])?; // leaf first, then its caller
+    /// writer.write_record(2, &[0x401300])?;
+    /// let bytes = writer.finish(b"00400000-00402000 r-xp 00000000 08:01 42 /usr/bin/app\n")?;
+    ///
+    /// let profile = Profile::parse(&bytes)?;
+    /// assert_eq!(profile.period_us, 10_000);
+    /// assert_eq!(profile.total_samples(), 7);
+    /// assert_eq!(profile.samples[0].pcs, [0x401010, 0x401200]);
+    ///
+    /// // The same file cut short after its first record (a 40-byte header, then 32 bytes):
+    /// // an error that says what and where; the lenient reader keeps that record.
+    /// let error = Profile::parse(&bytes[..80]).unwrap_err();
+    /// assert_eq!(error.offset, 72);
+    /// assert_eq!(error.kind, ParseErrorKind::MissingTrailer);
+    /// let (partial, defect) = Profile::parse_lenient(&bytes[..80])?;
+    /// assert_eq!((partial.total_samples(), defect), (5, Some(error)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn parse(bytes: &[u8]) -> Result<Profile, ParseError> {
         let (profile, defect) = Self::parse_lenient(bytes)?;
         match defect {
@@ -46,6 +84,11 @@ impl Profile {
     /// Parses as much as is sound: a bad header is still an error, but a file cut short or
     /// damaged after the header (a process killed while profiling) yields the records before
     /// the damage, together with the error that stopped the reading.
+    ///
+    /// # Errors
+    ///
+    /// Only for a header that is not a valid profile header (the `Err` case); later defects
+    /// come back beside the profile.
     pub fn parse_lenient(bytes: &[u8]) -> Result<(Profile, Option<ParseError>), ParseError> {
         let mut merged = Merger::default();
         let (read, defect) = scan(bytes, |record| merged.add(record, None))?;
@@ -68,7 +111,9 @@ impl Profile {
 /// What reading a profile's records found, besides the records themselves.
 #[derive(Clone, Debug)]
 pub struct Scan {
+    /// Slot width and byte order the file was written in.
     pub format: SlotFormat,
+    /// Sampling period in microseconds.
     pub period_us: u64,
     /// Records read (before the trailer, or before the defect that stopped the reading).
     pub records: usize,
@@ -78,7 +123,8 @@ pub struct Scan {
     pub maps: Maps,
 }
 
-/// One record as it lies in the file: nothing is copied or allocated to visit it.
+/// One record as it lies in the file, as [`scan()`] hands it over: nothing is copied or
+/// allocated to visit it.
 #[derive(Clone, Copy, Debug)]
 pub struct Record<'a> {
     /// Byte offset of the record in the file.
@@ -137,6 +183,32 @@ impl<'a> Record<'a> {
 /// reports) keep only their aggregate. Checks as [`Profile::parse_lenient`] does: a bad
 /// header is an error; damage after it ends the reading, and is returned beside what was
 /// read, after `visit` has seen every record before it.
+///
+/// # Errors
+///
+/// As [`Profile::parse_lenient`]: `Err` only for a bad header.
+///
+/// # Example
+///
+/// ```
+/// use cpuprof::format::{scan, ProfileWriter, SlotFormat};
+///
+/// let mut writer = ProfileWriter::new(Vec::new(), SlotFormat::NATIVE, 1_000)?;
+/// writer.write_record(4, &[0x401010, 0x401200])?;
+/// writer.write_record(1, &[0x401300])?;
+/// let bytes = writer.finish(b"")?;
+///
+/// // The samples taken in 0x401010 itself, without keeping any record.
+/// let mut leaf_samples = 0;
+/// let (read, defect) = scan(&bytes, |record| {
+///     if record.pcs().next() == Some(0x401010) {
+///         leaf_samples += record.count;
+///     }
+/// })?;
+/// assert_eq!((leaf_samples, read.total, read.records), (4, 5, 2));
+/// assert!(defect.is_none());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn scan(bytes: &[u8], mut visit: impl FnMut(Record<'_>)) -> Result<(Scan, Option<ParseError>), ParseError> {
     let (format, header_len, period_us) = parse_header(bytes)?;
     let mut read = Scan {
@@ -300,32 +372,48 @@ impl Merger {
     }
 }
 
-/// What is wrong with a profile, and where.
+/// What is wrong with a profile, and where. Its `Display` says both in a sentence.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ParseError {
     /// Byte offset in the file where the defect starts.
     pub offset: usize,
+    /// What the defect is.
     pub kind: ParseErrorKind,
 }
 
+/// The defects [`ParseError`] reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ParseErrorKind {
+    /// The file ends before the header does (an empty file, say).
     TooShortForHeader {
+        /// The file's length in bytes.
         len: usize,
     },
+    /// The file does not start with a profile header (`0, 3` in any slot format).
     NotAProfile,
+    /// The header's version slot is not 0, the only version defined.
     UnsupportedVersion(u64),
+    /// The header's sampling period is 0.
     ZeroPeriod,
+    /// A record has depth 0: no program counters.
     EmptyRecord,
+    /// A record claims more program counters than the file has slots left (a file cut short).
     TruncatedRecord {
+        /// The depth the record claims.
         depth: u64,
+        /// Slots left in the file after its count and depth.
         slots_left: u64,
     },
+    /// A record has count 0 but is not the trailer.
     ZeroCount,
+    /// A record's first program counter is 0.
     ZeroPc,
+    /// The file ends without the trailer `0, 1, 0`: the profiler did not finish the file (a
+    /// process killed while profiling). Records before it are sound.
     MissingTrailer,
     /// The record's count takes the profile's total past 2^64 - 1 samples.
     CountOverflow {
+        /// The record's count.
         count: u64,
     },
 }

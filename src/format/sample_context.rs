@@ -18,6 +18,10 @@
 //! no `=` or `]`, so google-pprof and go tool pprof skip it. Readers merge records by stack
 //! *and* context, so samples of different threads or states stay apart.
 //!
+//! Readers get a sample's context as [`Sample::context`](super::Sample::context) (a
+//! [`ReadContext`]), and the lines themselves, threads' names included, as
+//! [`Maps::contexts`](super::Maps::contexts).
+//!
 //! Inside the profiler a context travels through the call-chain table as one extra word at the
 //! outer end of a chain ([`SampleContext::marker`]), which the writer takes off again: a
 //! non-canonical address, which no return address can be on x86-64 or aarch64 (both use at
@@ -39,21 +43,25 @@ const TAG_MASK: u64 = 0xffff << 48;
 /// Where a thread was when it was sampled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ThreadState {
+    /// Running on a CPU.
     OnCpu,
     /// Ready to run, waiting for a CPU.
     Runnable,
     /// Blocked in system call number `syscall` (of the profiled machine's architecture).
     Blocked {
+        /// The system call's number (14 bits are kept).
         syscall: u16,
     },
     /// Blocked in the kernel outside a system call (a page fault).
     Fault,
 }
 
-/// The thread and state of a sample.
+/// The thread and state of a sample, as the profiler takes it (readers get a [`ReadContext`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SampleContext {
+    /// Kernel thread id of the sampled thread.
     pub tid: u32,
+    /// Where the thread was.
     pub state: ThreadState,
 }
 
@@ -91,7 +99,7 @@ impl SampleContext {
 }
 
 /// A state as the file spells it; `syscall_name` names a system call number.
-pub fn state_text(state: ThreadState, syscall_name: impl Fn(u16) -> Option<&'static str>) -> String {
+pub(crate) fn state_text(state: ThreadState, syscall_name: impl Fn(u16) -> Option<&'static str>) -> String {
     match state {
         ThreadState::OnCpu => "cpu".into(),
         ThreadState::Runnable => "runnable".into(),
@@ -106,6 +114,7 @@ pub fn state_text(state: ThreadState, syscall_name: impl Fn(u16) -> Option<&'sta
 /// A sample's context as read from a file: the state as spelled there.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ReadContext {
+    /// Kernel thread id of the sampled thread.
     pub tid: u32,
     /// `cpu`, `runnable`, `blocked:NAME` or `fault`.
     pub state: String,
@@ -130,8 +139,11 @@ impl ReadContext {
 /// The three kinds of state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StateKind {
+    /// Running on a CPU (`cpu`).
     OnCpu,
+    /// Ready to run, waiting for a CPU (`runnable`).
     Runnable,
+    /// Waiting in the kernel: in a system call (`blocked:NAME`) or outside one (`fault`).
     Blocked,
 }
 
@@ -140,6 +152,7 @@ pub enum StateKind {
 pub struct SampleContexts {
     /// (record ordinal, context), ordinals increasing.
     pub records: Vec<(u64, ReadContext)>,
+    /// Thread id to name, for the threads whose names the profile recorded.
     pub thread_names: BTreeMap<u32, String>,
     /// The contexts label a CPU profile's samples with their threads (a `# samples cpu` line):
     /// every sample is CPU time, and the profile is not a wall-clock one.
@@ -147,12 +160,13 @@ pub struct SampleContexts {
 }
 
 impl SampleContexts {
+    /// Whether no record has a context: true for every CPU profile.
     pub fn is_empty(&self) -> bool {
         self.records.is_empty()
     }
 
     /// Takes in one line of the maps text; false if it is not a context or thread line.
-    pub fn parse_line(&mut self, line: &str) -> bool {
+    pub(crate) fn parse_line(&mut self, line: &str) -> bool {
         let line = line.trim_start();
         if let Some(rest) = line.strip_prefix(CONTEXT_PREFIX) {
             let mut fields = rest.split_ascii_whitespace();
@@ -183,13 +197,14 @@ impl SampleContexts {
     }
 
     /// Sorts the records by ordinal (a file's are written in order; this makes any order do).
-    pub fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         if !self.records.is_sorted_by_key(|(ordinal, _)| *ordinal) {
             self.records.sort_by_key(|(ordinal, _)| *ordinal);
         }
     }
 
-    /// The context of record `ordinal`.
+    /// The context of record `ordinal` (0 for the first record after the header), if it has
+    /// one.
     pub fn of(&self, ordinal: u64) -> Option<&ReadContext> {
         let i = self.records.binary_search_by_key(&ordinal, |(o, _)| *o).ok()?;
         Some(&self.records[i].1)
@@ -205,17 +220,17 @@ impl SampleContexts {
 }
 
 /// The context line of record `ordinal`.
-pub fn context_line(ordinal: u64, tid: u32, state: &str) -> String {
+pub(crate) fn context_line(ordinal: u64, tid: u32, state: &str) -> String {
     format!("{CONTEXT_PREFIX}{ordinal} {tid} {state}\n")
 }
 
-/// The line naming thread `tid`.
 /// The line that marks a CPU profile whose samples carry their threads.
-pub fn cpu_labels_line() -> String {
+pub(crate) fn cpu_labels_line() -> String {
     format!("{CPU_LABELS_LINE}\n")
 }
 
-pub fn thread_line(tid: u32, name: &[u8]) -> String {
+/// The line naming thread `tid`.
+pub(crate) fn thread_line(tid: u32, name: &[u8]) -> String {
     let mut line = format!("{THREAD_PREFIX}{tid} ");
     for &b in name {
         if b.is_ascii_alphanumeric() || b"._-".contains(&b) {

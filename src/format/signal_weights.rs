@@ -24,6 +24,7 @@ const PREFIX: &str = "# signal-weights ";
 /// The signals behind a profile's samples and their weights.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SignalWeights {
+    /// Signals that took a sample: the looks at the stacks.
     pub signals: u64,
     /// Sum of the weights: the samples the signals stand for.
     pub sum: u64,
@@ -48,7 +49,8 @@ impl SignalWeights {
         }
     }
 
-    /// The line recording these weights.
+    /// The line recording these weights (newline included), to append to a profile's maps
+    /// text.
     pub fn line(&self) -> String {
         format!("{PREFIX}{} {} {}\n", self.signals, self.sum, self.sum_of_squares)
     }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// `seconds` when the request gives none (pprof's default).
 const DEFAULT_SECONDS: u64 = 30;
 /// Longest profile a request may ask for.
-pub const MAX_SECONDS: u64 = 300;
+pub(crate) const MAX_SECONDS: u64 = 300;
 
 /// Profiles other programs ask for that cpuprof does not take.
 const UNSUPPORTED: &[&str] = &[
@@ -35,9 +35,9 @@ const UNSUPPORTED: &[&str] = &[
 ];
 
 /// Waits up to the given time and says whether the client hung up meanwhile.
-pub type ClientWatch<'a> = &'a dyn Fn(Duration) -> bool;
+pub(crate) type ClientWatch<'a> = &'a dyn Fn(Duration) -> bool;
 
-pub fn handle(req: &Request, client_gone: ClientWatch) -> Response {
+pub(crate) fn handle(req: &Request, client_gone: ClientWatch) -> Response {
     match (req.method.as_str(), req.path.as_str()) {
         (_, path) if UNSUPPORTED.contains(&path) => Response::text(
             501,
@@ -124,7 +124,7 @@ fn profile(req: &Request, encoding: Encoding, client_gone: ClientWatch) -> Respo
     }
 }
 
-pub fn parse_seconds(value: Option<&str>) -> Result<u64, String> {
+pub(crate) fn parse_seconds(value: Option<&str>) -> Result<u64, String> {
     let Some(value) = value else { return Ok(DEFAULT_SECONDS) };
     match value.parse::<u64>() {
         Ok(s) if (1..=MAX_SECONDS).contains(&s) => Ok(s),

@@ -1,9 +1,24 @@
-//! An HTTP endpoint inside the profiled process, so it can be profiled on demand: pprof's
-//! remote-server protocol (`go tool pprof` / `google-pprof http://host:port/pprof/profile`)
-//! and `/debug/pprof/profile` in gzipped protobuf for Parca, Pyroscope and go tool pprof (with
-//! `/debug/pprof/symbol`, which go tool pprof asks for names the protobuf lacks).
-//! Started by `CPUPROF_HTTP=[host:]port` (loopback unless a host is named), by [`serve`] or by
-//! the C function `CpuprofServeHttp`.
+//! An HTTP endpoint inside the profiled process, so that it can be profiled on demand, while
+//! it runs, by the usual pprof clients:
+//!
+//! * `GET /pprof/profile?seconds=N`: a CPU profile of the next N seconds (30 if not given, at
+//!   most 300) in gperftools' format, pprof's
+//!   remote-server protocol: `google-pprof http://host:port/pprof/profile` (or
+//!   `go tool pprof` on the same URL), which ask `POST /pprof/symbol` for the function names;
+//! * `GET /debug/pprof/profile?seconds=N`: the same profile as gzipped pprof protobuf,
+//!   symbolised in the process, for `go tool pprof`, Parca and Pyroscope (with
+//!   `/debug/pprof/symbol`, which go tool pprof asks for names the protobuf lacks);
+//! * `GET /pprof/cmdline`: the program's command line, one argument per line.
+//!
+//! One profile is taken at a time: a second request while one runs, or while the program is
+//! already being profiled into a file, gets `409 Conflict`. The profile covers the whole
+//! process with the `CPUPROFILE_*` settings of its environment. A client that hangs up
+//! abandons its profile at once.
+//!
+//! Start it with [`serve`], with `CPUPROF_HTTP=[host:]port` in the environment of a program
+//! using `libcpuprof.so` (see [`serve_from_env`]), or with the C function `CpuprofServeHttp`.
+//! It listens on loopback unless a host is named: anyone who can connect can profile the
+//! process and read its command line, function names and mappings.
 //!
 //! Hand-written HTTP/1.1 on `std::net` rather than a server crate: the endpoint needs one
 //! request per connection on a handful of paths, with hard limits, and every dependency is
@@ -12,7 +27,7 @@
 //! for its whole request and [`RESPONSE_TIMEOUT`] to read the answer, however it splits them,
 //! so a slow or silent client cannot hold a connection for long. These threads block every signal, so neither
 //! the application's signals nor the profiler's land on them, and nothing here runs in
-//! signal context. A second profile request while one runs gets `409` (see `endpoints`).
+//! signal context.
 //!
 //! The program may close the listening socket's descriptor behind cpuprof's back (daemons
 //! `close_range()` everything after start-up) and open one of its own on the same number:
@@ -45,6 +60,24 @@ static OPEN_CONNECTIONS: AtomicUsize = AtomicUsize::new(0);
 
 /// Starts the endpoint on `address` (`port`, `:port` or `host:port`; a bare port binds
 /// 127.0.0.1) and returns the address bound (port 0 picks a free one).
+///
+/// The endpoint serves on a thread of its own, which blocks every signal, for the rest of the
+/// process; there is no handle to stop it. Each call starts another listener.
+///
+/// # Errors
+///
+/// If `address` does not resolve, cannot be bound (in use, or a privileged port), or the
+/// listener's thread cannot be started.
+///
+/// # Example
+///
+/// ```no_run
+/// // Serve on a free loopback port, then fetch a 10-second profile with
+/// // `go tool pprof http://127.0.0.1:PORT/debug/pprof/profile?seconds=10`.
+/// let bound = cpuprof::http::serve("0")?;
+/// eprintln!("profiles on http://{bound}/debug/pprof/profile");
+/// # Ok::<(), std::io::Error>(())
+/// ```
 pub fn serve(address: &str) -> io::Result<SocketAddr> {
     let address = loopback_unless_named(address);
     let target = address
@@ -99,7 +132,9 @@ fn listen(listener: TcpListener, ours: (u64, u64)) {
 /// Starts the endpoint if `CPUPROF_HTTP` asks for it (never in setuid/setgid programs).
 /// Failures are reported on stderr; the program runs on without the endpoint. The variable is
 /// removed, so programs this one runs (`system`, `fork` + `exec`) do not fight for the port.
-/// Called from the library's constructor, before the program's own threads exist.
+/// `libcpuprof.so` calls this when it is loaded, before the program's own threads exist; a
+/// Rust program that wants the same switch calls it early in `main`, before starting threads
+/// (it changes the environment).
 pub fn serve_from_env() {
     let Some(address) = std::env::var("CPUPROF_HTTP").ok().filter(|a| !a.is_empty()) else {
         return;

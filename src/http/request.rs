@@ -6,35 +6,35 @@
 use std::io::{self, Read, Write};
 
 /// Request line plus headers.
-pub const MAX_HEAD: usize = 16 * 1024;
+pub(crate) const MAX_HEAD: usize = 16 * 1024;
 /// Bodies (only `POST /pprof/symbol` has one: addresses, 19 bytes each).
-pub const MAX_BODY: usize = 4 * 1024 * 1024;
+pub(crate) const MAX_BODY: usize = 4 * 1024 * 1024;
 /// Reads a request may take whatever their size; beyond them, each further read must have
 /// brought [`BYTES_PER_READ`] on average. A client sending one byte per segment would
 /// otherwise wake its thread once per byte for up to 4 MiB; real clients send a request in a
 /// few segments of a kilobyte or more.
-pub const FREE_READS: usize = 64;
-pub const BYTES_PER_READ: usize = 256;
+pub(crate) const FREE_READS: usize = 64;
+pub(crate) const BYTES_PER_READ: usize = 256;
 
 #[derive(Debug)]
-pub struct Request {
-    pub method: String,
-    pub path: String,
-    pub query: String,
-    pub body: Vec<u8>,
+pub(crate) struct Request {
+    pub(crate) method: String,
+    pub(crate) path: String,
+    pub(crate) query: String,
+    pub(crate) body: Vec<u8>,
 }
 
 /// A response with a status and a reason for it.
 #[derive(Debug)]
-pub struct Response {
-    pub status: u16,
-    pub content_type: &'static str,
-    pub headers: Vec<(&'static str, String)>,
-    pub body: Vec<u8>,
+pub(crate) struct Response {
+    pub(crate) status: u16,
+    pub(crate) content_type: &'static str,
+    pub(crate) headers: Vec<(&'static str, String)>,
+    pub(crate) body: Vec<u8>,
 }
 
 impl Response {
-    pub fn new(status: u16, content_type: &'static str, body: Vec<u8>) -> Response {
+    pub(crate) fn new(status: u16, content_type: &'static str, body: Vec<u8>) -> Response {
         Response {
             status,
             content_type,
@@ -44,7 +44,7 @@ impl Response {
     }
 
     /// A plain-text answer, for errors and the text endpoints.
-    pub fn text(status: u16, body: impl Into<String>) -> Response {
+    pub(crate) fn text(status: u16, body: impl Into<String>) -> Response {
         let mut body = body.into();
         if !body.ends_with('\n') {
             body.push('\n');
@@ -52,7 +52,7 @@ impl Response {
         Response::new(status, "text/plain; charset=utf-8", body.into_bytes())
     }
 
-    pub fn write_to(&self, out: &mut impl Write) -> io::Result<()> {
+    pub(crate) fn write_to(&self, out: &mut impl Write) -> io::Result<()> {
         let mut head = format!(
             "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n",
             self.status,
@@ -89,7 +89,7 @@ fn reason(status: u16) -> &'static str {
 }
 
 /// Reads one request from `conn`. Errors are the response to send instead.
-pub fn read_request(conn: &mut impl Read) -> Result<Request, Response> {
+pub(crate) fn read_request(conn: &mut impl Read) -> Result<Request, Response> {
     let mut reads = Reads::default();
     let mut buf = Vec::with_capacity(1024);
     let mut searched = 0usize;
@@ -215,7 +215,7 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 /// The value of `key` in a query string (`a=1&b=2`), undecoded.
-pub fn query_param<'a>(query: &'a str, key: &str) -> Option<&'a str> {
+pub(crate) fn query_param<'a>(query: &'a str, key: &str) -> Option<&'a str> {
     query
         .split('&')
         .filter_map(|kv| kv.split_once('='))

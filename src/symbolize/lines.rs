@@ -18,20 +18,20 @@
 use gimli::{AttributeValue, DebugLine, DebugLineOffset, DebugLineStr, EndianSlice, LittleEndian};
 
 /// Largest `.debug_line` read for one object (~0.6 s at the measured rate).
-pub const MAX_DEBUG_LINE: u64 = 16 << 20;
+pub(crate) const MAX_DEBUG_LINE: u64 = 16 << 20;
 /// Most `.debug_line` bytes read for one profile request, over all objects.
-pub const MAX_DEBUG_LINE_PER_REQUEST: u64 = 32 << 20;
+pub(crate) const MAX_DEBUG_LINE_PER_REQUEST: u64 = 32 << 20;
 
 /// File offset and size of a section.
 #[derive(Clone, Copy, Debug)]
-pub struct Section {
-    pub offset: u64,
-    pub size: u64,
+pub(crate) struct Section {
+    pub(crate) offset: u64,
+    pub(crate) size: u64,
 }
 
 /// For each of `addresses` (link-time, sorted ascending), the file and line the line tables
 /// give, if any. `read(offset, len)` reads the object's file.
-pub fn lines(
+pub(crate) fn lines(
     read: &dyn Fn(u64, u64) -> Option<Vec<u8>>,
     debug_line: Section,
     debug_line_str: Option<Section>,

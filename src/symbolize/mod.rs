@@ -62,18 +62,18 @@ struct Object {
 }
 
 /// Symbolises addresses of the current process, reading each file once.
-pub struct Symbolizer {
+pub(crate) struct Symbolizer {
     maps: Maps,
     files: HashMap<String, Option<Object>>,
 }
 
 impl Symbolizer {
     /// A symboliser for the process's current mappings.
-    pub fn for_current_process() -> Symbolizer {
+    pub(crate) fn for_current_process() -> Symbolizer {
         Symbolizer::new(Maps::parse(&std::fs::read("/proc/self/maps").unwrap_or_default()))
     }
 
-    pub fn new(maps: Maps) -> Symbolizer {
+    pub(crate) fn new(maps: Maps) -> Symbolizer {
         Symbolizer {
             maps,
             files: HashMap::new(),
@@ -82,7 +82,7 @@ impl Symbolizer {
 
     /// The function containing `addr`: its symbol, else `object+0xSTART` for the function
     /// the unwind tables give; `None` if neither covers it.
-    pub fn function(&mut self, addr: u64) -> Option<Cow<'_, str>> {
+    pub(crate) fn function(&mut self, addr: u64) -> Option<Cow<'_, str>> {
         let (object, svma) = self.locate(addr)?;
         let functions = &object.symbols.functions;
         let symbol = functions.partition_point(|f| f.0 <= svma).checked_sub(1);
@@ -104,7 +104,7 @@ impl Symbolizer {
     /// The source file and line of each of `addresses` that the line tables of its object
     /// cover (see `lines` for what is read and the bounds). Objects are taken in path order,
     /// so which ones a request's budget reaches does not depend on hashing.
-    pub fn lines(&mut self, addresses: &[u64]) -> HashMap<u64, (String, u64)> {
+    pub(crate) fn lines(&mut self, addresses: &[u64]) -> HashMap<u64, (String, u64)> {
         let mut by_object: HashMap<String, Vec<(u64, u64)>> = HashMap::new();
         for &addr in addresses {
             if let Some((object, svma)) = self.locate(addr) {
