@@ -1,17 +1,48 @@
-//! cpuprof: a sampling CPU profiler for Linux that writes gperftools-compatible profiles.
+//! cpuprof: a sampling CPU profiler for Linux (x86-64, aarch64) that writes gperftools'
+//! profiles, so `google-pprof`, `go tool pprof` and the `cpuprof` command read them, and that
+//! can also hand a profile back to the program, named, to print or save in other formats.
 //!
-//! Layers, bottom up (each testable without the ones above it):
-//! * [`arch`]: what differs between x86-64 and aarch64 (registers, stack switch, framehop);
-//! * [`format`]: writer and reader of the legacy profile format;
-//! * [`table`]: the lock-free call-chain table and eviction ring;
-//! * [`unwind`]: stack walking that cannot fault;
-//! * [`sampler`]: timers and the signal handler (the only code run in signal context);
-//! * [`session`]: start, flush, stop, the writer thread, options and environment variables;
-//! * [`sys`]: cpuprof's own threads (which block every signal) and descriptors (kept at high
-//!   numbers, checked before each use);
-//! * front ends: [`Profiler`] here, the on-demand [`http`] endpoint, the C ABI in `cdylib/`,
-//!   the `cpuprof` CLI in `cli/`.
+//! Profile into a file, as `CPUPROFILE` does for any program:
+//!
+//! ```no_run
+//! # fn main() -> Result<(), cpuprof::Error> {
+//! let guard = cpuprof::Profiler::start("out.prof")?;
+//! // ... the work to profile ...
+//! guard.stop()?; // or let the guard drop
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Or keep the profile in memory and read it in the program ([`Report`]): the top functions,
+//! folded stacks, a pprof protobuf, a flame graph (feature `flamegraph`), samples labelled with
+//! their threads' names.
+//!
+//! ```
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let guard = cpuprof::Profiler::builder().frequency(1000).start_in_memory()?;
+//! let mut x = 0u64;
+//! for i in 0..50_000_000u64 {
+//!     x = std::hint::black_box(x.rotate_left(5) ^ i);
+//! }
+//! let report = guard.report()?;
+//! report.write_top(&mut std::io::stdout(), 5)?;
+//! report.write_pprof(&mut std::fs::File::create(std::env::temp_dir().join("doc.pb.gz"))?)?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! [`ProfilerBuilder`] sets the rate, the timer, the stack walker, wall-clock mode and epochs
+//! (a database of profiles, one per period). One profile runs per process at a time: the
+//! timers and the signal are the process's.
+//!
+//! Also here: [`format`](mod@format), to read and write the raw format and pprof's, and [`http`],
+//! an endpoint that serves profiles on demand. The other public modules are the profiler's
+//! internals, shared with its C library (`libcpuprof.so`) and the `cpuprof` command, and not
+//! part of the API; docs/DESIGN.md describes them.
 
+#![deny(missing_docs)]
+
+#[doc(hidden)]
 pub mod arch;
 mod claim_pool;
 pub mod error;
@@ -19,18 +50,24 @@ pub mod format;
 pub mod http;
 mod profiler;
 pub mod report;
+#[doc(hidden)]
 pub mod sampler;
+#[doc(hidden)]
 pub mod session;
-pub mod symbolize;
+mod symbolize;
 mod sync;
+#[doc(hidden)]
 pub mod sys;
+#[doc(hidden)]
 pub mod table;
+#[doc(hidden)]
 pub mod unwind;
 
 pub use error::Error;
 pub use profiler::{Profiler, ProfilerBuilder, ProfilerGuard};
 pub use report::Report;
-pub use sampler::UnwinderChoice;
+pub use sampler::{SignalError, UnwinderChoice};
 pub use session::options::TimerChoice;
 pub use session::Summary;
+#[doc(hidden)]
 pub use sync::locks_taken_on_this_thread;

@@ -1,10 +1,5 @@
-//! The Rust front end: start a profile and get a guard that writes it when dropped.
-//!
-//! ```no_run
-//! let _guard = cpuprof::Profiler::start("out.prof")?;
-//! // ... work to profile ...
-//! # Ok::<(), cpuprof::Error>(())
-//! ```
+//! The Rust front end: start a profile and get a guard that completes it when dropped, or
+//! that gives it back as a [`Report`].
 
 use crate::error::Error;
 use crate::report::Report;
@@ -26,6 +21,18 @@ impl Profiler {
         Profiler::builder().start(path)
     }
 
+    /// Options for a profile, starting from gperftools' defaults; finish with
+    /// [`ProfilerBuilder::start`] or [`ProfilerBuilder::start_in_memory`].
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), cpuprof::Error> {
+    /// let guard = cpuprof::Profiler::builder()
+    ///     .frequency(250)
+    ///     .max_depth(64)
+    ///     .start("out.prof")?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn builder() -> ProfilerBuilder {
         ProfilerBuilder {
             options: Options::default(),

@@ -24,9 +24,12 @@ pub type SigInfoHandler = unsafe extern "C" fn(c_int, *mut libc::siginfo_t, *mut
 pub enum SignalError {
     /// The application already handles this signal; cpuprof leaves it alone.
     InUse {
+        /// The signal's number.
         signal: c_int,
     },
+    /// Not a signal a profiler can use (out of range, or one the kernel reserves).
     Invalid {
+        /// The signal's number.
         signal: c_int,
     },
 }

@@ -10,8 +10,8 @@
 //!   signal is taken on the system call's return). They fire from the scheduler tick (250 Hz
 //!   here): above that frequency a signal carries `si_overrun` missed expirations, which the
 //!   handler adds to the sample's weight, and a thread that exits before the tick after an
-//!   expiry settles what it was owed ([`super::thread_accounts`]).
-//! * perf `cpu-clock` events ([`super::perf_event`], `CPUPROFILE_TIMER=perf`): hrtimer-driven,
+//!   expiry settles what it was owed (`thread_accounts`).
+//! * perf `cpu-clock` events (`perf_event`, `CPUPROFILE_TIMER=perf`): hrtimer-driven,
 //!   for rates above the tick, at one descriptor each within a bounded budget. A thread that
 //!   cannot have one (budget spent, a seccomp filter that might kill `perf_event_open`) gets a
 //!   POSIX timer instead, and the handler tells the two apart by the signal's code.
@@ -32,10 +32,10 @@
 //! started and ended through the interposer keep the two equal by themselves. A thread that
 //! ends without telling us while another starts the same way keeps the count equal too (a
 //! pool of raw or non-interposed threads replacing each other), so the poll also lists on a
-//! schedule: at every tick until [`LISTING_INTERVAL`] has passed since a listing last found
+//! schedule: at every tick until `LISTING_INTERVAL` has passed since a listing last found
 //! threads nothing announced (such a process is polled as closely as before), then at gaps
-//! doubling from [`FIRST_QUIET_GAP`] to [`LISTING_INTERVAL`] (longer only when listing is
-//! slow, see [`LISTING_SHARE`]), which bounds how long a thread can go unsampled, or a gone
+//! doubling from `FIRST_QUIET_GAP` to `LISTING_INTERVAL` (longer only when listing is
+//! slow, see `LISTING_SHARE`), which bounds how long a thread can go unsampled, or a gone
 //! thread keep its timer, in a process whose threads had all been announced.
 
 use super::{perf_event, signals, thread_accounts};
@@ -304,14 +304,24 @@ pub fn sync_with_tasks() {
         }
     }
     t.unarmed.retain(|tid| tids.binary_search(tid).is_ok());
+    let mut new = Vec::new();
     for &tid in &tids {
         let known = t.armed.contains_key(&tid) || t.unarmed.contains(&tid) || t.excluded.contains(&tid);
         if settled(&tid) && !known {
             found = true;
             t.arm_thread(tid, None);
+            new.push(tid);
         }
     }
     t.listed(&tids, now, found);
+    drop(timers);
+    // Threads nothing announced (started without libcpuprof.so's pthread_create) have no exit
+    // hook to record their names: they are read as they are found.
+    if crate::sys::thread_names::wanted() {
+        for tid in new {
+            crate::sys::thread_names::read(tid);
+        }
+    }
 }
 
 impl Timers {
@@ -517,6 +527,10 @@ fn perf_allowed_here() -> io::Result<()> {
 /// another thread has just reused). What its POSIX timer owed is charged to its start routine.
 extern "C" fn on_thread_exit(_value: *mut c_void) {
     let tid = gettid();
+    if crate::sys::thread_names::wanted() {
+        // Its samples may still wait in the table: the name is read while it can be.
+        crate::sys::thread_names::remember_own(tid);
+    }
     if let Some(t) = running(&mut TIMERS.lock()) {
         t.note_change(tid);
         if let Some(armed) = t.remove_armed(tid) {

@@ -7,8 +7,8 @@
 
 use crate::format::sample_context::{context_line, cpu_labels_line, state_text, thread_line};
 use crate::format::SampleContext;
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
+use crate::sys::thread_names;
+use std::collections::BTreeSet;
 
 /// The stack of a chain from the table, and its context if it ends in a marker.
 pub fn split(pcs: &[u64]) -> (&[u64], Option<SampleContext>) {
@@ -50,12 +50,8 @@ impl RecordContexts {
     /// the thread most likely still runs (the wall sampler reads the names of the threads it
     /// looks at itself).
     pub fn name_new_thread(&self, tid: u32) {
-        if !self.cpu_profile {
-            return;
-        }
-        let known = NAMES.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&tid);
-        if !known {
-            read_thread_name(tid as libc::pid_t);
+        if self.cpu_profile {
+            thread_names::read_if_unknown(tid as libc::pid_t);
         }
     }
 
@@ -73,31 +69,15 @@ impl RecordContexts {
             }
             tids.insert(context.tid);
         }
-        let names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
         for tid in tids {
-            if let Some(name) = names.get(&tid) {
-                text.push_str(&thread_line(tid, name));
+            // A thread still running whose name nobody read yet is read now.
+            thread_names::read_if_unknown(tid as libc::pid_t);
+            if let Some(name) = thread_names::get(tid) {
+                text.push_str(&thread_line(tid, &name));
             }
         }
         text.into_bytes()
     }
-}
-
-/// Thread names by thread id, as the wall sampler last read them. Thread ids are reused
-/// only after the thread is gone; a profile names a reused id by its latest thread.
-static NAMES: Mutex<BTreeMap<u32, Vec<u8>>> = Mutex::new(BTreeMap::new());
-
-/// Reads thread `tid`'s name (`/proc/self/task/TID/comm`) into the table; false if it could
-/// not be read (the thread is gone).
-pub fn read_thread_name(tid: libc::pid_t) -> bool {
-    let Ok(mut name) = std::fs::read(format!("/proc/self/task/{tid}/comm")) else {
-        return false;
-    };
-    if name.last() == Some(&b'\n') {
-        name.pop();
-    }
-    NAMES.lock().unwrap_or_else(|e| e.into_inner()).insert(tid as u32, name);
-    true
 }
 
 #[cfg(test)]
@@ -127,7 +107,7 @@ mod tests {
             },
         );
         let own = crate::sampler::thread_timers::gettid();
-        assert!(read_thread_name(own));
+        assert!(thread_names::read(own));
         contexts.note(
             6,
             1,

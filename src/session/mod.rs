@@ -150,6 +150,7 @@ impl Session {
         // Thread labels of CPU samples; a wall profile labels every sample anyway, and beside a
         // CPU profile the labelled samples are the wall profile's.
         let thread_labels = options.thread_labels && !wall;
+        crate::sys::thread_names::want(thread_labels);
         let output = match &options.epochs {
             Some(epoch_options) => {
                 let db = epochs::Database::new(path, epoch_options.clone(), options.period_us())
@@ -323,6 +324,7 @@ impl Session {
             });
         };
         drop(unpublished);
+        crate::sys::thread_names::want(false);
         sampler::set_dwarf(None);
         crate::sys::procfs::close();
         let stats = &self.state.table.stats;

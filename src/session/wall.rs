@@ -20,13 +20,12 @@
 //!
 //! A thread seen `running` (on a CPU or waiting for one) gets no look sample: its CPU time is
 //! sampled by its timer. Its time spent runnable, waiting for a CPU, is counted exactly from
-//! the kernel's run delay ([`account_runnable`]).
+//! the kernel's run delay (`account_runnable`).
 //!
 //! Every sample carries its thread and state (`crate::format::sample_context`): on a CPU,
 //! runnable, blocked in which system call. Threads' names are read in the rounds 1, 2, 4, 8,
 //! ... since a round first listed them, and once more at stop.
 
-use super::contexts::read_thread_name;
 use crate::format::{SampleContext, ThreadState};
 use crate::sampler::handler::{record_other_thread, walk_other_thread};
 use crate::sampler::runnable_debts;
@@ -232,7 +231,7 @@ fn run(frequency: u32, stop: &AtomicBool, excluded: Vec<libc::pid_t>) -> WallSta
                 });
                 tracked.rounds += 1;
                 if tracked.rounds.is_power_of_two() {
-                    read_thread_name(tid);
+                    crate::sys::thread_names::read(tid);
                 }
             }
             order = live;
@@ -256,7 +255,7 @@ fn run(frequency: u32, stop: &AtomicBool, excluded: Vec<libc::pid_t>) -> WallSta
     }
     // Names given late (or changed) since the last read.
     for &tid in threads.keys() {
-        read_thread_name(tid);
+        crate::sys::thread_names::read(tid);
     }
     stats
 }

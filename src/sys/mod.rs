@@ -11,3 +11,4 @@ pub mod futex;
 pub mod procfs;
 pub mod syscall_names;
 pub mod thread;
+pub mod thread_names;

@@ -6,7 +6,7 @@
 //! pointer, and rbp there is whatever the program's frameless code left in it, so the chain
 //! past the stub was a stack address and then ASCII bytes (12 of 56 samples reached `main`).
 //!
-//! When a snapshot is built, [`RbxTables::build_module`] reads a module's `.eh_frame` and, if
+//! When a snapshot is built, [`RbxTablesBuilder::add`] reads a module's `.eh_frame` and, if
 //! any row has an rbx-based CFA, keeps that module's rows that concern rbx: where the CFA is
 //! rbx-based, and where rbx is saved in the frame. During a walk the caller asks
 //! [`RbxTables::lookup`] for each frame: the stub's frame is stepped here from rbx, and other
