@@ -40,7 +40,9 @@ pub fn artifacts() -> &'static (PathBuf, PathBuf) {
         }
         let status = cmd.status().expect("run cargo build");
         assert!(status.success(), "building libcpuprof.so and cpuprof failed");
-        (profile_dir.join("libcpuprof.so"), profile_dir.join("cpuprof"))
+        let lib = profile_dir.join("libcpuprof.so");
+        provide_soname(&lib);
+        (lib, profile_dir.join("cpuprof"))
     })
 }
 
@@ -61,6 +63,29 @@ pub fn build_example(name: &str, features: &[&str]) -> PathBuf {
         "building example {name} failed"
     );
     profile_dir.join("examples").join(name)
+}
+
+/// The soname cdylib/build.rs gives libcpuprof.so: what a program linked with `-lcpuprof`
+/// records as NEEDED, and so the name the loader looks for in its run path.
+pub const SONAME: &str = "libcpuprof.so.0";
+
+/// Makes [`SONAME`] a symlink to `library` in its directory, as `make install` does: cargo
+/// writes only libcpuprof.so, and a program linked with `-L that_dir -lcpuprof` loads
+/// libcpuprof.so.0 from there.
+pub fn provide_soname(library: &Path) {
+    let link = library.with_file_name(SONAME);
+    let target = library.file_name().unwrap();
+    if let Err(e) = std::os::unix::fs::symlink(target, &link) {
+        // Made by an earlier run, or by another test binary just now.
+        assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists, "{}: {e}", link.display());
+    }
+    assert_eq!(
+        std::fs::read_link(&link).ok().as_deref(),
+        Some(Path::new(target)),
+        "{} must point at {}",
+        link.display(),
+        target.to_string_lossy()
+    );
 }
 
 pub fn lib() -> &'static Path {
@@ -139,8 +164,14 @@ pub fn run_preloaded(program: &Path, args: &[&str], profile: &Path, extra_env: &
 /// [`run_ok`] while no other profiled run of this test binary runs (see [`PROFILED_RUN`]):
 /// for programs that profile themselves (the C API, `CPUPROFILE` set by hand).
 pub fn run_alone(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let _alone = PROFILED_RUN.lock().unwrap_or_else(|e| e.into_inner());
+    let _alone = alone();
     run_ok(program, args, env)
+}
+
+/// Held while a profiled program this test binary runs by other means than [`run_alone`] runs
+/// (see [`PROFILED_RUN`]).
+pub fn alone() -> std::sync::MutexGuard<'static, ()> {
+    PROFILED_RUN.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The `key value` lines a test program printed.

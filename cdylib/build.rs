@@ -1,0 +1,9 @@
+//! Gives libcpuprof.so its soname, libcpuprof.so.<major>: a program linked with `-lcpuprof`
+//! then records that name (NEEDED), which `make install` provides as a symlink to the
+//! versioned file, so a later incompatible release can be installed beside this one.
+
+fn main() {
+    let major = std::env::var("CARGO_PKG_VERSION_MAJOR").expect("cargo sets CARGO_PKG_VERSION_MAJOR");
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libcpuprof.so.{major}");
+    println!("cargo:rerun-if-changed=build.rs");
+}
