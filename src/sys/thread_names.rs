@@ -73,7 +73,7 @@ mod tests {
 
     #[test]
     fn a_thread_is_named_from_proc_and_by_itself() {
-        let (tid, name) = std::thread::Builder::new()
+        let name = std::thread::Builder::new()
             .name("named-here".into())
             .spawn(|| {
                 // SAFETY: gettid has no preconditions.
@@ -82,13 +82,14 @@ mod tests {
                 let own = get(tid as u32);
                 assert!(read(tid));
                 assert_eq!(get(tid as u32), own);
-                (tid, own)
+                own
             })
             .unwrap()
             .join()
             .unwrap();
+        // (Not checked after the join: the kernel clears the thread id that join waits on
+        // before the thread leaves /proc, and under qemu the host thread may linger.)
         assert_eq!(name.as_deref(), Some(&b"named-here"[..]));
-        assert!(!read(tid), "the thread is gone");
-        assert_eq!(get(tid as u32).as_deref(), Some(&b"named-here"[..]), "its name stays");
+        assert!(!read(-1), "no such thread");
     }
 }
