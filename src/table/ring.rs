@@ -46,7 +46,10 @@ impl EvictionRing {
         let mut start = self.reserved.load(Ordering::Relaxed);
         loop {
             let consumed = self.consumed.load(Ordering::Acquire);
-            if start + len - consumed > cap {
+            // `start` may be stale (read before other producers reserved and the consumer
+            // freed past it): the space then looks larger than it is, and the CAS below fails
+            // and reloads it. Saturating: `consumed` can exceed a stale `start`.
+            if (start + len).saturating_sub(consumed) > cap {
                 return false;
             }
             match self
@@ -112,6 +115,36 @@ mod tests {
             ring.drain(|c, pcs| out.push((c, pcs.to_vec())));
             assert_eq!(out, vec![(round, vec![1, 2, round]), (7, vec![9])]);
         }
+    }
+
+    /// Producers that read `reserved` before the consumer frees past it (a stale start) must
+    /// neither overflow nor give up while there is room: the aarch64 run of the epochs race
+    /// test found `start + len - consumed` underflowing.
+    #[test]
+    fn producers_with_a_stale_start_neither_overflow_nor_give_up_on_room() {
+        let ring = Arc::new(EvictionRing::new(64));
+        let pushed = Arc::new(AtomicU64::new(0));
+        let producers: Vec<_> = (0..3)
+            .map(|_| {
+                let (ring, pushed) = (ring.clone(), pushed.clone());
+                std::thread::spawn(move || {
+                    let pcs = atomics(&[5, 6]);
+                    for _ in 0..100_000 {
+                        if ring.push(1, &pcs) {
+                            pushed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                })
+            })
+            .collect();
+        let mut drained = 0;
+        while producers.iter().any(|p| !p.is_finished()) {
+            ring.drain(|count, _| drained += count);
+        }
+        producers.into_iter().for_each(|p| p.join().unwrap());
+        ring.drain(|count, _| drained += count);
+        assert_eq!(drained, pushed.load(Ordering::Relaxed));
+        assert!(drained > 0);
     }
 
     #[test]
