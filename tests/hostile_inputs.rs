@@ -316,10 +316,13 @@ fn a_profile_whose_client_left_is_cancelled_at_once() {
             .write_all(b"GET /pprof/profile?seconds=300 HTTP/1.1\r\n\r\n")
             .unwrap();
         std::thread::sleep(Duration::from_secs(1));
+        // The abandoned profile runs (another is refused), in memory: no temporary file.
+        let (busy, _) = get(&served.address, "/pprof/profile?seconds=1", Duration::from_secs(30));
+        assert_eq!(busy, 409, "the profile is being taken");
         assert_eq!(
             std::fs::read_dir(&tmp).unwrap().count(),
-            1,
-            "the profile is being taken"
+            0,
+            "profiles are taken in memory"
         );
         drop(abandoned);
         let left = Instant::now();
@@ -337,7 +340,7 @@ fn a_profile_whose_client_left_is_cancelled_at_once() {
             left.elapsed()
         );
         let leftovers: Vec<_> = std::fs::read_dir(&tmp).unwrap().collect();
-        assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
+        assert!(leftovers.is_empty(), "temporary files: {leftovers:?}");
         let (out, _) = served.finish();
         assert!(out.status.success());
         assert_eq!(String::from_utf8_lossy(&out.stdout), "done\n");
