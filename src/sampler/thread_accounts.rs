@@ -61,25 +61,92 @@ impl StartChain {
     }
 }
 
-static ACCOUNTS: [Account; SLOTS] = [const {
-    Account {
-        key: AtomicU64::new(0),
-        first_expiry_ns: AtomicU64::new(0),
-        delivered: AtomicU64::new(0),
-        chain: [const { AtomicU64::new(0) }; 1 + ROOT_FRAMES],
-    }
-}; SLOTS];
-
-fn slots_of(tp: u64) -> impl Iterator<Item = &'static Account> {
-    // Thread pointers are page-aligned-ish: mix the bits before taking the slot.
-    let start = (tp.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) as usize;
-    (0..PROBE_LIMIT).map(move |i| &ACCOUNTS[(start + i) % SLOTS])
+/// A table of accounts. The process has one ([`ACCOUNTS`], behind the free functions below);
+/// unit tests build their own, so that sessions started by other tests in the same binary
+/// (whose stop [`clear`]s the process's table) never touch theirs.
+struct Table {
+    accounts: [Account; SLOTS],
 }
 
-fn find(tp: u64) -> Option<&'static Account> {
-    slots_of(tp)
-        .take_while(|a| a.key.load(Ordering::Acquire) != 0)
-        .find(|a| a.key.load(Ordering::Acquire) == tp)
+static ACCOUNTS: Table = Table::new();
+
+impl Table {
+    const fn new() -> Table {
+        Table {
+            accounts: [const {
+                Account {
+                    key: AtomicU64::new(0),
+                    first_expiry_ns: AtomicU64::new(0),
+                    delivered: AtomicU64::new(0),
+                    chain: [const { AtomicU64::new(0) }; 1 + ROOT_FRAMES],
+                }
+            }; SLOTS],
+        }
+    }
+
+    fn slots_of(&self, tp: u64) -> impl Iterator<Item = &Account> {
+        // Thread pointers are page-aligned-ish: mix the bits before taking the slot.
+        let start = (tp.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) as usize;
+        (0..PROBE_LIMIT).map(move |i| &self.accounts[(start + i) % SLOTS])
+    }
+
+    fn find(&self, tp: u64) -> Option<&Account> {
+        self.slots_of(tp)
+            .take_while(|a| a.key.load(Ordering::Acquire) != 0)
+            .find(|a| a.key.load(Ordering::Acquire) == tp)
+    }
+
+    fn open(&self, tp: u64, first_expiry_ns: u64, chain: &StartChain) -> bool {
+        if tp <= TOMBSTONE {
+            return false;
+        }
+        let account = self.find(tp).or_else(|| {
+            self.slots_of(tp)
+                .find(|a| matches!(a.key.load(Ordering::Relaxed), 0 | TOMBSTONE))
+        });
+        let Some(account) = account else {
+            return false;
+        };
+        // Publish the values before the key, so a handler never credits a half-opened account.
+        account.key.store(TOMBSTONE, Ordering::Release);
+        account.first_expiry_ns.store(first_expiry_ns, Ordering::Relaxed);
+        account.delivered.store(0, Ordering::Relaxed);
+        for (slot, &pc) in account.chain.iter().zip(chain.pcs.iter()) {
+            slot.store(pc, Ordering::Relaxed);
+        }
+        account.key.store(tp, Ordering::Release);
+        true
+    }
+
+    fn credit(&self, tp: u64, periods: u64) {
+        if let Some(account) = self.find(tp) {
+            account.delivered.fetch_add(periods, Ordering::Relaxed);
+        }
+    }
+
+    fn settle(&self, tp: u64, cpu_ns: u64, period_ns: u64) -> Option<(u64, StartChain)> {
+        let account = self.find(tp)?;
+        let first = account.first_expiry_ns.load(Ordering::Relaxed);
+        let expired = match cpu_ns.checked_sub(first) {
+            Some(past) => 1 + past / period_ns.max(1),
+            None => 0,
+        };
+        let owed = expired.saturating_sub(account.delivered.load(Ordering::Relaxed));
+        let mut pcs = [0; 1 + ROOT_FRAMES];
+        for (pc, slot) in pcs.iter_mut().zip(account.chain.iter()) {
+            *pc = slot.load(Ordering::Relaxed);
+        }
+        let len = pcs.iter().position(|&pc| pc == 0).unwrap_or(pcs.len());
+        account.key.store(TOMBSTONE, Ordering::Release);
+        Some((owed, StartChain { pcs, len }))
+    }
+
+    fn clear(&self) {
+        // Stores only where a key was set, so the table's untouched pages stay untouched.
+        for account in self.accounts.iter().filter(|a| a.key.load(Ordering::Relaxed) != 0) {
+            account.key.store(0, Ordering::Release);
+        }
+    }
 }
 
 /// Opens the account of the calling thread `tp`, whose timer first expires when its CPU time
@@ -87,59 +154,26 @@ fn find(tp: u64) -> Option<&'static Account> {
 /// table is full around `tp` (the thread is then sampled by its signals only). Callers hold
 /// the timer registry's lock.
 pub fn open(tp: u64, first_expiry_ns: u64, chain: &StartChain) -> bool {
-    if tp <= TOMBSTONE {
-        return false;
-    }
-    let account = find(tp).or_else(|| slots_of(tp).find(|a| matches!(a.key.load(Ordering::Relaxed), 0 | TOMBSTONE)));
-    let Some(account) = account else {
-        return false;
-    };
-    // Publish the values before the key, so a handler never credits a half-opened account.
-    account.key.store(TOMBSTONE, Ordering::Release);
-    account.first_expiry_ns.store(first_expiry_ns, Ordering::Relaxed);
-    account.delivered.store(0, Ordering::Relaxed);
-    for (slot, &pc) in account.chain.iter().zip(chain.pcs.iter()) {
-        slot.store(pc, Ordering::Relaxed);
-    }
-    account.key.store(tp, Ordering::Release);
-    true
+    ACCOUNTS.open(tp, first_expiry_ns, chain)
 }
 
 /// Credits `periods` delivered by a signal to thread `tp`'s account, if it has one.
 /// Async-signal-safe.
 pub fn credit(tp: u64, periods: u64) {
-    if let Some(account) = find(tp) {
-        account.delivered.fetch_add(periods, Ordering::Relaxed);
-    }
+    ACCOUNTS.credit(tp, periods)
 }
 
 /// Closes the calling thread's account when it exits, at CPU time `cpu_ns`: returns the
 /// periods its timer owed but never delivered and the call chain to charge them to.
 /// The caller has blocked the profiling signal, so nothing is credited meanwhile.
 pub fn settle(tp: u64, cpu_ns: u64, period_ns: u64) -> Option<(u64, StartChain)> {
-    let account = find(tp)?;
-    let first = account.first_expiry_ns.load(Ordering::Relaxed);
-    let expired = match cpu_ns.checked_sub(first) {
-        Some(past) => 1 + past / period_ns.max(1),
-        None => 0,
-    };
-    let owed = expired.saturating_sub(account.delivered.load(Ordering::Relaxed));
-    let mut pcs = [0; 1 + ROOT_FRAMES];
-    for (pc, slot) in pcs.iter_mut().zip(account.chain.iter()) {
-        *pc = slot.load(Ordering::Relaxed);
-    }
-    let len = pcs.iter().position(|&pc| pc == 0).unwrap_or(pcs.len());
-    account.key.store(TOMBSTONE, Ordering::Release);
-    Some((owed, StartChain { pcs, len }))
+    ACCOUNTS.settle(tp, cpu_ns, period_ns)
 }
 
 /// Forgets every account (at stop: the next session's timers start new lattices).
 /// Callers hold the timer registry's lock, after the sampler state was unpublished.
 pub fn clear() {
-    // Stores only where a key was set, so the table's untouched pages stay untouched.
-    for account in ACCOUNTS.iter().filter(|a| a.key.load(Ordering::Relaxed) != 0) {
-        account.key.store(0, Ordering::Release);
-    }
+    ACCOUNTS.clear()
 }
 
 /// The calling thread's CPU time in nanoseconds.
@@ -154,26 +188,32 @@ pub fn thread_cpu_ns() -> u64 {
 mod tests {
     use super::*;
 
+    /// A table of the test's own (4096 slots of 72 bytes: on the heap).
+    fn table() -> Box<Table> {
+        Box::new(Table::new())
+    }
+
     #[test]
     fn owed_periods_are_the_lattice_points_not_delivered() {
+        let t = table();
         let tp = 0x7f00_dead_b000;
         let chain = StartChain::new(0x401000, &[0x7f00_0001, 0x7f00_0002]);
-        assert!(open(tp, 3_000, &chain));
+        assert!(t.open(tp, 3_000, &chain));
         // Expiries at 3 us, 13 us, 23 us, ...; CPU time 25 us: three expired.
-        credit(tp, 1);
-        let (owed, settled) = settle(tp, 25_000, 10_000).unwrap();
+        t.credit(tp, 1);
+        let (owed, settled) = t.settle(tp, 25_000, 10_000).unwrap();
         assert_eq!((owed, settled.pcs()), (2, &[0x401000, 0x7f00_0001, 0x7f00_0002][..]));
-        assert_eq!(settle(tp, 25_000, 10_000), None, "settled once");
+        assert_eq!(t.settle(tp, 25_000, 10_000), None, "settled once");
         // Exiting before the first expiry owes nothing.
-        assert!(open(tp, 9_000, &StartChain::new(0x401000, &[])));
+        assert!(t.open(tp, 9_000, &StartChain::new(0x401000, &[])));
         assert_eq!(
-            settle(tp, 8_000, 10_000).map(|(owed, c)| (owed, c.pcs().to_vec())),
+            t.settle(tp, 8_000, 10_000).map(|(owed, c)| (owed, c.pcs().to_vec())),
             Some((0, vec![0x401000]))
         );
         // Deliveries beyond the lattice (a signal racing the exit) never make the debt negative.
-        assert!(open(tp, 1, &StartChain::new(7, &[])));
-        credit(tp, 5);
-        assert_eq!(settle(tp, 10, 10_000).map(|(owed, _)| owed), Some(0));
+        assert!(t.open(tp, 1, &StartChain::new(7, &[])));
+        t.credit(tp, 5);
+        assert_eq!(t.settle(tp, 10, 10_000).map(|(owed, _)| owed), Some(0));
     }
 
     #[test]
@@ -186,16 +226,17 @@ mod tests {
 
     #[test]
     fn many_threads_keep_separate_accounts() {
+        let t = table();
         let tps: Vec<u64> = (1..=40).map(|i| 0x7e00_0000_0000 + i * 0x80_0000).collect();
         for &tp in &tps {
-            assert!(open(tp, 0, &StartChain::new(tp, &[])));
+            assert!(t.open(tp, 0, &StartChain::new(tp, &[])));
         }
         for (i, &tp) in tps.iter().enumerate() {
-            credit(tp, i as u64);
+            t.credit(tp, i as u64);
         }
         for (i, &tp) in tps.iter().enumerate() {
             // Expired at CPU time 45 with period 10: 5 periods, less what was credited.
-            let (owed, chain) = settle(tp, 45, 10).unwrap();
+            let (owed, chain) = t.settle(tp, 45, 10).unwrap();
             assert_eq!((owed, chain.pcs()), (5u64.saturating_sub(i as u64), &[tp][..]));
         }
     }
