@@ -14,6 +14,7 @@
 //! allocation and a system call), so stakes are not summed.
 
 use crate::diff::{self, Report, Row};
+use crate::json::{num, string};
 use crate::stacks::{Counts, Stacks};
 use crate::symbolize::{file_name, Locator, Symbolizer};
 use cpuprof::format::{FastHash, Maps, Profile};
@@ -746,10 +747,6 @@ fn pct(n: u64, total: u64) -> f64 {
 }
 
 impl Advice<'_> {
-    fn family(&self, i: usize) -> &FamilyShare {
-        &self.analysis.families[i]
-    }
-
     /// The hints at stake of at least `min_share` (a fraction), at most `count` of them,
     /// then one line for each smaller one.
     pub fn text(&self, min_share: f64, count: usize) -> String {
@@ -768,101 +765,9 @@ impl Advice<'_> {
         }
         for (rank, (stake, hint)) in major.iter().take(count).enumerate() {
             let _ = write!(out, "\n{}. [{:.1} %] ", rank + 1, 100.0 * stake);
-            match hint {
-                Hint::Growth {
-                    row,
-                    runs,
-                    usual_seconds,
-                } => {
-                    let _ = writeln!(
-                        out,
-                        "{} grew against {runs} earlier runs (cumulative: it and what it calls)",
-                        row.function
-                    );
-                    let (s, t) = (&row.share, &row.time);
-                    let _ = writeln!(
-                        out,
-                        "   share {:.1} % -> {:.1} %: {:+.1} points [{:+.1}, {:+.1}]{}",
-                        s.before,
-                        s.after,
-                        s.change(),
-                        s.low,
-                        s.high,
-                        if s.significant { " significant" } else { "" }
-                    );
-                    let _ = writeln!(
-                        out,
-                        "   time {:.3} s -> {:.3} s: {:+.3} s [{:+.3}, {:+.3}]{} (usual total {usual_seconds:.3} s)",
-                        t.before,
-                        t.after,
-                        t.change(),
-                        t.low,
-                        t.high,
-                        if t.significant { " significant" } else { "" }
-                    );
-                }
-                Hint::Slower {
-                    functions,
-                    usual_seconds,
-                    seconds,
-                    runs,
-                } => {
-                    let _ = writeln!(
-                        out,
-                        "the run took {seconds:.3} s of CPU against the usual {usual_seconds:.3} s of {runs} earlier runs ({:+.1} %)",
-                        100.0 * (seconds - usual_seconds) / usual_seconds
-                    );
-                    let _ = writeln!(
-                        out,
-                        "   grew in time but not in share (with the whole run): {}",
-                        list(functions, 6)
-                    );
-                    out.push_str(
-                        "   if the runs did the same work, everything slowed down; else it is the extra work\n",
-                    );
-                }
-                Hint::Lines {
-                    function,
-                    self_samples,
-                    lines,
-                } => {
-                    let held: u64 = lines.iter().map(|l| l.2).sum();
-                    let which = match lines.as_slice() {
-                        [(file, line, _, _)] => format!("line {line} of {function} ({}) holds", file_name(file)),
-                        _ => format!(
-                            "lines {} of {function} ({}) hold",
-                            lines.iter().map(|l| l.1.to_string()).collect::<Vec<_>>().join(", "),
-                            file_name(&lines[0].0)
-                        ),
-                    };
-                    let _ = writeln!(
-                        out,
-                        "{which} {:.1} % of {function}'s self time ({held} of {self_samples} samples; {function} self {:.1} % of all)",
-                        pct(held, *self_samples),
-                        pct(*self_samples, total)
-                    );
-                    for (file, line, samples, source) in lines {
-                        let _ = writeln!(
-                            out,
-                            "   {}:{line}  {samples} samples, {:.1} % of all{}",
-                            file_name(file),
-                            pct(*samples, total),
-                            source.as_ref().map_or(String::new(), |s| format!("  | {s}"))
-                        );
-                    }
-                }
-                Hint::Family(i) => {
-                    let f = self.family(*i);
-                    let _ = writeln!(
-                        out,
-                        "{}: {:.1} % of samples ({} of {total}) are in it or what it calls",
-                        f.family.name,
-                        pct(f.samples, total),
-                        f.samples
-                    );
-                    let _ = writeln!(out, "   called from {}", self.callers(f, 3));
-                    let _ = writeln!(out, "   time spent in {}", self.leaves(f, 4));
-                }
+            for (i, line) in self.lines(hint).iter().enumerate() {
+                let indent = if i == 0 { "" } else { "   " };
+                let _ = writeln!(out, "{indent}{line}");
             }
         }
         if major.len() > count {
@@ -894,6 +799,108 @@ impl Advice<'_> {
             }
         }
         out
+    }
+
+    /// What `hint` says: its headline, then the lines of evidence under it.
+    pub fn lines(&self, hint: &Hint) -> Vec<String> {
+        let total = self.analysis.total;
+        let mark = |significant: bool| if significant { " significant" } else { "" };
+        match hint {
+            Hint::Growth {
+                row,
+                runs,
+                usual_seconds,
+            } => {
+                let (s, t) = (&row.share, &row.time);
+                vec![
+                    format!(
+                        "{} grew against {runs} earlier runs (cumulative: it and what it calls)",
+                        row.function
+                    ),
+                    format!(
+                        "share {:.1} % -> {:.1} %: {:+.1} points [{:+.1}, {:+.1}]{}",
+                        s.before,
+                        s.after,
+                        s.change(),
+                        s.low,
+                        s.high,
+                        mark(s.significant)
+                    ),
+                    format!(
+                        "time {:.3} s -> {:.3} s: {:+.3} s [{:+.3}, {:+.3}]{} (usual total {usual_seconds:.3} s)",
+                        t.before,
+                        t.after,
+                        t.change(),
+                        t.low,
+                        t.high,
+                        mark(t.significant)
+                    ),
+                ]
+            }
+            Hint::Slower {
+                functions,
+                usual_seconds,
+                seconds,
+                runs,
+            } => vec![
+                format!(
+                    "the run took {seconds:.3} s of CPU against the usual {usual_seconds:.3} s of {runs} earlier runs ({:+.1} %)",
+                    100.0 * (seconds - usual_seconds) / usual_seconds
+                ),
+                format!(
+                    "grew in time but not in share (with the whole run): {}",
+                    list(functions, 6)
+                ),
+                "if the runs did the same work, everything slowed down; else it is the extra work".to_string(),
+            ],
+            Hint::Lines {
+                function,
+                self_samples,
+                lines: hot,
+            } => {
+                let held: u64 = hot.iter().map(|l| l.2).sum();
+                let which = match hot.as_slice() {
+                    [(file, line, _, _)] => format!("line {line} of {function} ({}) holds", file_name(file)),
+                    _ => format!(
+                        "lines {} of {function} ({}) hold",
+                        hot.iter().map(|l| l.1.to_string()).collect::<Vec<_>>().join(", "),
+                        file_name(&hot[0].0)
+                    ),
+                };
+                let mut lines = vec![format!(
+                    "{which} {:.1} % of {function}'s self time ({held} of {self_samples} samples; {function} self {:.1} % of all)",
+                    pct(held, *self_samples),
+                    pct(*self_samples, total)
+                )];
+                for (file, line, samples, source) in hot {
+                    lines.push(format!(
+                        "{}:{line}  {samples} samples, {:.1} % of all{}",
+                        file_name(file),
+                        pct(*samples, total),
+                        source.as_ref().map_or(String::new(), |s| format!("  | {s}"))
+                    ));
+                }
+                lines
+            }
+            Hint::Family(i) => {
+                let f = self.family(*i);
+                vec![
+                    format!(
+                        "{}: {:.1} % of samples ({} of {total}) are in it or what it calls",
+                        f.family.name,
+                        pct(f.samples, total),
+                        f.samples
+                    ),
+                    format!("called from {}", self.callers(f, 3)),
+                    format!("time spent in {}", self.leaves(f, 4)),
+                ]
+            }
+        }
+    }
+
+    /// The family hint `i` points at.
+    pub fn family(&self, i: usize) -> &FamilyShare {
+        &self.analysis.families[i]
     }
 
     fn callers(&self, f: &FamilyShare, n: usize) -> String {
@@ -1032,33 +1039,6 @@ fn list(names: &[String], n: usize) -> String {
         let _ = write!(shown, " and {} more", names.len() - n);
     }
     shown
-}
-
-/// A JSON number (JSON has no infinities or NaN: those become null).
-fn num(v: f64) -> String {
-    if v.is_finite() {
-        format!("{v}")
-    } else {
-        "null".to_string()
-    }
-}
-
-/// A JSON string.
-fn string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 #[cfg(test)]

@@ -9,6 +9,8 @@ mod diff;
 mod filters;
 mod function_ranges;
 mod history;
+mod html;
+mod json;
 mod list;
 mod merge;
 mod peek;
@@ -185,6 +187,10 @@ enum Command {
         /// of one executable merged; `all` (or `--merge` alone), all in one; `none`, each alone.
         #[arg(long, value_enum, default_value = "auto", num_args = 0..=1, default_missing_value = "all")]
         merge: record::MergeMode,
+        /// Also write each report as a self-contained HTML page beside its profile (`cpuprof
+        /// report`): `out.prof` gives `out.html`.
+        #[arg(long)]
+        html: bool,
         /// The program and its arguments.
         #[arg(required = true, last = true)]
         command: Vec<String>,
@@ -298,6 +304,39 @@ hint. Hints below --min-share get one line each. --format json lists every hint 
         /// Share at stake (%) below which a hint gets one line.
         #[arg(long, default_value_t = 1.0, value_name = "PERCENT", value_parser = percentage)]
         min_share: f64,
+        /// The kernel tick (us) of the machine that recorded the profiles (see `diff`).
+        #[arg(long, value_name = "US")]
+        tick_us: Option<u64>,
+        #[command(flatten)]
+        filters: Filters,
+        #[command(flatten)]
+        symbols: Symbols,
+    },
+    /// One self-contained HTML page of a profile: hints, an interactive flame graph, the
+    /// function table and the hottest source; with --base or --history, what changed.
+    #[command(after_help = "\
+The page needs no network and no server: open it in any browser, from any machine. Click a frame
+of the flame graph to zoom (Reset zoom returns), type a regular expression to highlight and total
+the functions it matches, click a function (in the graph, the table or a hint) for its callers
+and callees. With --base, the flame graph is differential: widths are this profile, colours the
+change of each stack's share, strong where `diff` finds the function's change significant.
+With --history (a directory of profiles or a profile database), the baseline is the history
+pooled, growth is judged as `diff --history` judges it, and a trend chart shows the top
+functions over the history's profiles with this one last.")]
+    Report {
+        /// A raw profile (cpuprof's or gperftools').
+        file: PathBuf,
+        /// An earlier profile to compare with.
+        #[arg(long, conflicts_with = "history")]
+        base: Option<PathBuf>,
+        /// Directory of earlier profiles of the same program, or a profile database.
+        #[arg(long, value_name = "DIR")]
+        history: Option<PathBuf>,
+        /// With --history DB: the epochs taken as the history.
+        #[command(flatten)]
+        selection: db::Selection,
+        #[arg(short = 'o', long, default_value = "report.html")]
+        output: PathBuf,
         /// The kernel tick (us) of the machine that recorded the profiles (see `diff`).
         #[arg(long, value_name = "US")]
         tick_us: Option<u64>,
@@ -439,6 +478,7 @@ fn run(command: Command) -> Result<u8, String> {
             output,
             count,
             merge,
+            html,
             command,
         } => {
             let before = record::Before::snapshot(&output);
@@ -446,7 +486,7 @@ fn run(command: Command) -> Result<u8, String> {
             if let Some(sig) = outcome.killed_by {
                 eprintln!("cpuprof: the program was killed by signal {sig}; its profile ends where it was killed");
             }
-            record::summarise(&before.written(&output, outcome.pid), &command, count, merge);
+            record::summarise(&before.written(&output, outcome.pid), &command, count, merge, html);
             Ok(outcome.code)
         }
         Command::Top {
@@ -630,6 +670,33 @@ fn run(command: Command) -> Result<u8, String> {
                 AdviceFormat::Text => print!("{}", advice.text(min_share / 100.0, count)),
                 AdviceFormat::Json => print!("{}", advice.json()),
             }
+            Ok(0)
+        }
+        Command::Report {
+            file,
+            base,
+            history,
+            selection,
+            output,
+            tick_us,
+            filters,
+            symbols,
+        } => {
+            let locator: Locator = symbols.into();
+            let baseline = match (base, history) {
+                (Some(base), _) => html::Baseline::Profile(base),
+                (None, Some(dir)) => html::Baseline::History(dir, selection),
+                (None, None) => html::Baseline::None,
+            };
+            let opts = html::Options {
+                locator: &locator,
+                filters: &filters,
+                tick_us: tick_us.unwrap_or_else(local_tick_us),
+                title: file.display().to_string(),
+            };
+            let page = html::page(&file, &read_bytes(&file)?, &baseline, &opts)?;
+            std::fs::write(&output, page).map_err(|e| format!("cannot write {}: {e}", output.display()))?;
+            eprintln!("wrote {}", output.display());
             Ok(0)
         }
         Command::Collapse {
@@ -837,16 +904,7 @@ fn db_history(
     summarise: &dyn Fn(&Profile) -> diff::Summary,
 ) -> Result<Vec<diff::Summary>, String> {
     let database = db::Database::open(dir)?;
-    let mut selection = selection.clone();
-    if selection.program.is_none() {
-        let name = new.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if let FileKind::Profile(file) = cpuprof::format::database::parse_file_name(name) {
-            if database.programs().contains(file.program.as_str()) {
-                selection.program = Some(file.program);
-            }
-        }
-    }
-    let (program, epochs) = database.select(&selection)?;
+    let (program, epochs) = database.select(&program_of(&database, selection, new))?;
     let mut past = Vec::new();
     for (name, entries) in &epochs {
         match db::merged(entries, locator)? {
@@ -865,6 +923,20 @@ fn db_history(
         ));
     }
     Ok(past)
+}
+
+/// `selection`, its program, when not given, NEW's `<program>` if the database has it.
+fn program_of(database: &db::Database, selection: &db::Selection, new: &Path) -> db::Selection {
+    let mut selection = selection.clone();
+    if selection.program.is_none() {
+        let name = new.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if let FileKind::Profile(file) = cpuprof::format::database::parse_file_name(name) {
+            if database.programs().contains(file.program.as_str()) {
+                selection.program = Some(file.program);
+            }
+        }
+    }
+    selection
 }
 
 /// DCPI's layout: one directory per epoch, named after it, one v0.07 profile per image.

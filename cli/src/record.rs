@@ -183,7 +183,9 @@ struct Written {
 
 /// Prints, on stderr (stdout is the program's), one line per profile written (program, pid,
 /// samples) and then the top functions of each program, or of each process, or of all.
-pub fn summarise(files: &[(PathBuf, u32)], command: &[String], count: usize, merge_mode: MergeMode) {
+/// Prints the summary of the profiles written and a report per group of them (as
+/// `merge_mode` groups them), and with `html` writes each report's page beside its profile.
+pub fn summarise(files: &[(PathBuf, u32)], command: &[String], count: usize, merge_mode: MergeMode, html: bool) {
     if files.is_empty() {
         eprintln!("cpuprof: no profile was written");
         return;
@@ -262,11 +264,11 @@ pub fn summarise(files: &[(PathBuf, u32)], command: &[String], count: usize, mer
     groups.retain(|g| total(g) > 0);
     groups.sort_by_key(|g| std::cmp::Reverse(total(g)));
     for group in &groups {
-        report_group(&written, group, count);
+        report_group(&written, group, count, html);
     }
 }
 
-fn report_group(written: &[Written], group: &[usize], count: usize) {
+fn report_group(written: &[Written], group: &[usize], count: usize, html: bool) {
     let first = &written[group[0]];
     let name = match (
         &first.program,
@@ -275,14 +277,19 @@ fn report_group(written: &[Written], group: &[usize], count: usize) {
         (Some(p), true) => p.0.clone(),
         _ => "every process".to_string(),
     };
+    // The report's profile, and its bytes for the page.
     let profile = if group.len() == 1 {
-        Some(first.profile.clone())
+        std::fs::read(&first.path)
+            .ok()
+            .map(|bytes| (first.profile.clone(), bytes))
     } else {
         let named: Vec<(String, Profile)> = group
             .iter()
             .map(|&i| (written[i].path.display().to_string(), written[i].profile.clone()))
             .collect();
-        match crate::merge::merge(&named).and_then(|(bytes, _)| Profile::parse(&bytes).map_err(|e| e.to_string())) {
+        match crate::merge::merge(&named)
+            .and_then(|(bytes, _)| Profile::parse(&bytes).map(|p| (p, bytes)).map_err(|e| e.to_string()))
+        {
             Ok(merged) => {
                 let files: Vec<String> = named.iter().map(|(n, _)| n.clone()).collect();
                 eprintln!(
@@ -298,18 +305,45 @@ fn report_group(written: &[Written], group: &[usize], count: usize) {
                     group.len()
                 );
                 for &i in group {
-                    report_group(written, &[i], count);
+                    report_group(written, &[i], count, html);
                 }
                 None
             }
         }
     };
-    let Some(profile) = profile else { return };
+    let Some((profile, bytes)) = profile else { return };
     if group.len() == 1 {
         eprintln!("\ncpuprof: {name}, pid {} ({}):", first.pid, first.path.display());
     }
     let stacks = Stacks::symbolise(&profile, &Locator::default());
     eprint!("{}", crate::report::top(&stacks.functions(), false, count));
+    if html {
+        let title = if group.len() == 1 {
+            format!("{name}, pid {} ({})", first.pid, first.path.display())
+        } else {
+            format!("{name}, {} processes merged", group.len())
+        };
+        write_page(&first.path, &bytes, title);
+    }
+}
+
+/// The report's page beside `profile` (the first of a merged group); a failure is reported,
+/// the text report stands.
+fn write_page(profile: &Path, bytes: &[u8], title: String) {
+    let (locator, filters) = (Locator::default(), crate::filters::Filters::default());
+    let opts = crate::html::Options {
+        locator: &locator,
+        filters: &filters,
+        tick_us: crate::local_tick_us(),
+        title,
+    };
+    let output = crate::html::beside(profile);
+    let written = crate::html::page(profile, bytes, &crate::html::Baseline::None, &opts)
+        .and_then(|page| std::fs::write(&output, page).map_err(|e| format!("cannot write {}: {e}", output.display())));
+    match written {
+        Ok(()) => eprintln!("cpuprof: wrote {}", output.display()),
+        Err(e) => eprintln!("cpuprof: no HTML report: {e}"),
+    }
 }
 
 /// The file `program` names, as `execvp` finds it: a path with a slash as it is, else the

@@ -1,0 +1,540 @@
+//! `cpuprof report`: one self-contained HTML page of a profile, to open on any machine.
+//!
+//! Everything is inline (style, script, data; no network, no server, no framework). The page
+//! holds: the hints of `advise`, each linked to its evidence; an interactive flame graph
+//! (click to zoom, search that highlights and totals its matches) with the callers and callees
+//! of a selected function; the sortable function table; the source listings of the hottest
+//! functions (from `list`); with a baseline profile, a differential flame graph and the
+//! `diff` table; with a history, the same against the history and its trend chart.
+//!
+//! The reports are computed here by the commands' own code (`advise`, `list`, `diff`,
+//! `history`), so the page and the commands cannot disagree. What the script needs (the call
+//! tree, the functions, which changed) travels as one JSON block; what it does not redraw
+//! (hints, tables of numbers, listings, the trend chart) is written as HTML here.
+
+mod listing;
+mod tree;
+
+use crate::advise::{self, Advice, Hint};
+use crate::diff::{self, Report};
+use crate::filters::Filters;
+use crate::history::{self, Epoch};
+use crate::json;
+use crate::stacks::Stacks;
+use crate::symbolize::Locator;
+use cpuprof::format::Profile;
+use std::collections::{BTreeSet, HashMap};
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+use tree::Tree;
+
+const STYLE: &str = include_str!("page.css");
+const SCRIPT: &str = include_str!("page.js");
+
+/// Functions listed with their source: the hottest by self time (and those a hint names).
+const LISTED: usize = 6;
+/// Rows of the diff table: every significant change, then the largest others up to this.
+const DIFF_ROWS: usize = 25;
+
+/// What the profile is compared with.
+pub enum Baseline {
+    None,
+    /// An earlier profile (`--base`).
+    Profile(PathBuf),
+    /// A directory of earlier profiles or a profile database (`--history`).
+    History(PathBuf, crate::db::Selection),
+}
+
+/// How the page is made.
+pub struct Options<'a> {
+    pub locator: &'a Locator,
+    pub filters: &'a Filters,
+    pub tick_us: u64,
+    /// The page's heading: what was profiled.
+    pub title: String,
+}
+
+/// The page for the raw profile `bytes` read from `file`.
+pub fn page(file: &Path, bytes: &[u8], baseline: &Baseline, opts: &Options) -> Result<String, String> {
+    let (locator, filters) = (opts.locator, opts.filters);
+    let mut profile = crate::cut_short::read(file, bytes, locator)?;
+    if filters.active() {
+        profile = crate::filters::profile(&profile, locator, filters);
+    }
+    let analysis = advise::Analysis::new(&profile, locator);
+    let stacks = &analysis.stacks;
+    let mut tree = Tree::new();
+    tree.add(stacks, false);
+
+    let summary =
+        |s: &Stacks, p: &Profile| diff::Summary::new(s, p.records, p.maps.signal_weights, 1.0, true, opts.tick_us);
+    let past = |p: &Profile| {
+        if filters.active() {
+            crate::filters::profile(p, locator, filters)
+        } else {
+            p.clone()
+        }
+    };
+    let mut subtitle = String::new();
+    let mut base_total = 0;
+    let mut comparison: Option<(Report, usize)> = None;
+    let mut trend: Option<String> = None;
+    match baseline {
+        Baseline::None => {}
+        Baseline::Profile(base) => {
+            let base_profile = past(&crate::read_profile(base, locator)?);
+            let base_stacks = Stacks::symbolise(&base_profile, locator);
+            base_total = base_stacks.total();
+            tree.add(&base_stacks, true);
+            let (a, b) = (summary(&base_stacks, &base_profile), summary(stacks, &profile));
+            subtitle = format!("against {} ({})", base.display(), a.describe());
+            let header = String::new();
+            comparison = Some((diff::compare(&a, &b, header, false, advise::diff_options()), 1));
+        }
+        Baseline::History(dir, selection) => {
+            let mut epochs = history_epochs(dir, selection, file, locator, filters)?;
+            let mut pooled = Stacks::new(stacks.period_us);
+            let mut summaries = Vec::new();
+            for epoch in &epochs {
+                for (chain, count) in epoch.stacks.chains() {
+                    pooled.push(chain.iter().map(|&id| &epoch.stacks.names()[id as usize]), count);
+                }
+                summaries.push(diff::Summary::new(
+                    &epoch.stacks,
+                    epoch.records,
+                    epoch.weights,
+                    1.0,
+                    true,
+                    opts.tick_us,
+                ));
+            }
+            base_total = pooled.total();
+            tree.add(&pooled, true);
+            subtitle = format!(
+                "against the {} profiles of {} (pooled as the baseline)",
+                epochs.len(),
+                dir.display()
+            );
+            let report = diff::against_history(
+                &summaries,
+                &summary(stacks, &profile),
+                String::new(),
+                advise::diff_options(),
+            );
+            comparison = Some((report, epochs.len()));
+            // The profile itself is the last point of the trend.
+            epochs.push(Epoch {
+                name: "this profile".to_string(),
+                processes: 1,
+                stacks: Stacks::symbolise(&profile, locator),
+                records: profile.records,
+                weights: profile.maps.signal_weights,
+            });
+            trend = Some(trend_section(&epochs, opts.tick_us));
+        }
+    }
+    let growth = match (baseline, &comparison) {
+        (Baseline::History(..), Some((report, runs))) => Some((report, *runs)),
+        _ => None,
+    };
+    let advice = advise::advise(&analysis, growth);
+
+    // Listings: the hottest functions by self time, and those the hints point at.
+    let functions = stacks.functions();
+    let mut by_flat: Vec<&(String, crate::stacks::Counts)> =
+        functions.counts.iter().filter(|(_, c)| c.flat > 0).collect();
+    by_flat.sort_by(|a, b| b.1.flat.cmp(&a.1.flat).then(a.0.cmp(&b.0)));
+    let mut listed: Vec<String> = by_flat.iter().take(LISTED).map(|(n, _)| n.clone()).collect();
+    for (_, hint) in &advice.hints {
+        if let Hint::Lines { function, .. } = hint {
+            if !listed.contains(function) {
+                listed.push(function.clone());
+            }
+        }
+    }
+    let routines = listings(file, bytes, &listed, locator, filters);
+    let anchors: HashMap<&str, String> = routines
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.function.as_str(), format!("src-{i}")))
+        .collect();
+
+    // The script's data.
+    let mut data = format!(
+        "{{\"total\":{},\"kept\":{},\"period_us\":{},\"base_total\":{base_total},{}",
+        stacks.total(),
+        stacks.kept(),
+        stacks.period_us,
+        tree.json()
+    );
+    let rows: Vec<String> = functions
+        .counts
+        .iter()
+        .map(|(name, c)| format!("[{},{},{}]", tree.id(name), c.flat, c.cum))
+        .collect();
+    let _ = write!(data, ",\"functions\":[{}]", rows.join(","));
+    let sources: Vec<String> = anchors
+        .iter()
+        .map(|(name, anchor)| format!("\"{}\":{}", tree.id(name), json::string(anchor)))
+        .collect();
+    let _ = write!(data, ",\"sources\":{{{}}}", sources.join(","));
+    let (mut grown, mut shrank) = (Vec::new(), Vec::new());
+    if let Some((report, _)) = &comparison {
+        for row in report.rows.iter().filter(|r| r.share.significant) {
+            let id = tree.id(&row.function);
+            if row.share.change() > 0.0 {
+                grown.push(id.to_string());
+            } else {
+                shrank.push(id.to_string());
+            }
+        }
+    }
+    let _ = write!(
+        data,
+        ",\"comparison\":{},\"grown\":[{}],\"shrank\":[{}]",
+        comparison.is_some(),
+        grown.join(","),
+        shrank.join(",")
+    );
+    let names: Vec<String> = tree.names().iter().map(|n| json::string(n)).collect();
+    let _ = write!(data, ",\"names\":[{}]}}", names.join(","));
+    // Inside <script>, `</script>` or `<!--` in a name would end or confuse the block: no `<`
+    // is left unescaped (it appears only inside strings).
+    let data = data.replace('<', "\\u003c");
+
+    let seconds = stacks.total() as f64 * stacks.period_us as f64 / 1e6;
+    let title = &opts.title;
+    let mut html = String::with_capacity(data.len() + 64 * 1024);
+    let _ = write!(
+        html,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+<meta name=\"viewport\" content=\"width=device-width\"><title>cpuprof: {t}</title><style>{STYLE}</style></head>\n<body>\n\
+<header><h1>{t}</h1><p>{} samples, {seconds:.2} s of CPU at {} us per sample{}{}. Widths are samples; \
+hover for numbers, click to zoom.</p>\n<nav>",
+        stacks.total(),
+        stacks.period_us,
+        if filters.active() {
+            format!("; the filters kept {} samples", stacks.kept())
+        } else {
+            String::new()
+        },
+        if subtitle.is_empty() {
+            String::new()
+        } else {
+            format!(", {}", escape(&subtitle))
+        },
+        t = escape(title)
+    );
+    let mut nav = vec![("hints", "Hints"), ("graph", "Flame graph"), ("top", "Functions")];
+    if comparison.is_some() {
+        nav.push(("diff", "Changes"));
+    }
+    if trend.is_some() {
+        nav.push(("trend", "Trend"));
+    }
+    nav.push(("source", "Source"));
+    for (id, label) in nav {
+        let _ = write!(html, "<a href=\"#{id}\">{label}</a>");
+    }
+    html.push_str("</nav></header>\n");
+    html.push_str(&hints_section(&advice, &anchors, comparison.as_ref().map(|(r, _)| r)));
+    html.push_str(GRAPH_SECTION);
+    html.push_str(
+        "<section id=\"top\"><h2>Functions</h2><p class=\"help\">Click a column to sort, a name to show it in the \
+flame graph.</p><table id=\"toptable\"><thead><tr><th data-k=\"flat\">flat</th><th data-k=\"flat\">flat%</th>\
+<th data-k=\"cum\">cum</th><th data-k=\"cum\">cum%</th><th data-k=\"name\">function</th></tr></thead><tbody></tbody></table></section>\n",
+    );
+    if let Some((report, _)) = &comparison {
+        html.push_str(&diff_section(report, &subtitle));
+    }
+    if let Some(trend) = &trend {
+        html.push_str(trend);
+    }
+    html.push_str("<section id=\"source\"><h2>Source of the hottest functions</h2>");
+    if routines.is_empty() {
+        html.push_str("<p>No function has self samples to list.</p>");
+    }
+    for (i, routine) in routines.iter().enumerate() {
+        html.push_str(&routine.html(&format!("src-{i}")));
+    }
+    html.push_str("</section>\n");
+    let _ = write!(
+        html,
+        "<script type=\"application/json\" id=\"data\">{data}</script>\n<script>{SCRIPT}</script>\n</body></html>\n"
+    );
+    Ok(html)
+}
+
+/// Where `cpuprof record --html` puts the page of `profile`: beside it, `.prof` replaced by
+/// (or else followed by) `.html`.
+pub fn beside(profile: &Path) -> PathBuf {
+    match profile.extension() {
+        Some(ext) if ext == "prof" => profile.with_extension("html"),
+        _ => {
+            let mut name = profile.as_os_str().to_owned();
+            name.push(".html");
+            PathBuf::from(name)
+        }
+    }
+}
+
+const GRAPH_SECTION: &str = "<section id=\"graph\"><h2>Flame graph</h2>\
+<div class=\"toolbar\"><input id=\"search\" type=\"search\" placeholder=\"Search functions (regular expression)\" \
+autocomplete=\"off\"><span id=\"matched\"></span><button id=\"reset\" type=\"button\">Reset zoom</button>\
+<span id=\"legend\"></span></div>\n<div id=\"flame\" class=\"flame\"></div>\n\
+<div id=\"selected\" hidden><h3>Callers of <span class=\"selname\"></span></h3><p class=\"help\">The function \
+at the top, what called it below (each stack counted once, however often the function recurs).</p>\
+<div id=\"callers\" class=\"flame\"></div><h3>Callees of <span class=\"selname\"></span></h3>\
+<div id=\"callees\" class=\"flame\"></div></div>\n<div id=\"tip\" class=\"tip\" hidden></div></section>\n";
+
+/// The profiles of `dir` as epochs of a trend: a database's epochs of the program (that of
+/// `--program`, or of `file`'s name), or each profile of a directory in name order.
+fn history_epochs(
+    dir: &Path,
+    selection: &crate::db::Selection,
+    file: &Path,
+    locator: &Locator,
+    filters: &Filters,
+) -> Result<Vec<Epoch>, String> {
+    let epoch = |name: String, processes: usize, profile: &Profile| {
+        let profile = if filters.active() {
+            crate::filters::profile(profile, locator, filters)
+        } else {
+            profile.clone()
+        };
+        Epoch {
+            name,
+            processes,
+            stacks: Stacks::symbolise(&profile, locator),
+            records: profile.records,
+            weights: profile.maps.signal_weights,
+        }
+    };
+    let mut epochs = Vec::new();
+    if crate::db::Database::is_database(dir) {
+        let database = crate::db::Database::open(dir)?;
+        let selection = crate::program_of(&database, selection, file);
+        let (program, selected) = database.select(&selection)?;
+        for (name, entries) in &selected {
+            match crate::db::merged(entries, locator)? {
+                Some(bytes) => {
+                    let profile = Profile::parse(&bytes).map_err(|e| format!("{name}: merged profile: {e}"))?;
+                    epochs.push(epoch(name.clone(), entries.len(), &profile));
+                }
+                None => eprintln!("cpuprof: epoch {name}: no readable profile of {program}; left out"),
+            }
+        }
+    } else {
+        for path in crate::sorted_files(dir)? {
+            match crate::read_profile(&path, locator) {
+                Ok(profile) => epochs.push(epoch(
+                    crate::symbolize::file_name(&path.display().to_string()).to_string(),
+                    1,
+                    &profile,
+                )),
+                Err(e) => eprintln!("cpuprof: skipping {}: {e}", path.display()),
+            }
+        }
+    }
+    if epochs.len() < 2 {
+        return Err(format!(
+            "{}: a history needs at least two profiles, found {}",
+            dir.display(),
+            epochs.len()
+        ));
+    }
+    Ok(epochs)
+}
+
+fn trend_section(epochs: &[Epoch], tick_us: u64) -> String {
+    let opts = diff::Options {
+        cumulative: true,
+        alpha: 0.001,
+        confidence: 0.95,
+        rows: 8,
+    };
+    let window = 8;
+    let result = history::history(epochs, opts, window, 8, tick_us);
+    let mut html = String::from(
+        "<section id=\"trend\"><h2>Trend</h2><p class=\"help\">Cumulative share of the top functions in each \
+profile of the history, this profile last; circled where a share left its usual range (as <code>cpuprof \
+history</code> judges).</p>",
+    );
+    html.push_str(&result.svg());
+    let _ = writeln!(
+        html,
+        "<pre class=\"table\">{}</pre></section>",
+        escape(&result.table(opts, window))
+    );
+    html
+}
+
+fn hints_section(advice: &Advice, sources: &HashMap<&str, String>, report: Option<&Report>) -> String {
+    let mut html = String::from("<section id=\"hints\"><h2>Hints</h2>");
+    if advice.hints.is_empty() {
+        html.push_str("<p>No hint: nothing known-costly, concentrated or grown.</p></section>\n");
+        return html;
+    }
+    html.push_str(
+        "<p class=\"help\">What could be optimised, ranked by the share of all samples at stake; each links to \
+its evidence.</p><ol class=\"hints\">",
+    );
+    let grown: BTreeSet<&str> = report
+        .map(|r| {
+            r.rows
+                .iter()
+                .filter(|r| r.share.significant)
+                .map(|r| r.function.as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    for (stake, hint) in &advice.hints {
+        let lines = advice.lines(hint);
+        let _ = write!(
+            html,
+            "<li><span class=\"stake\">{:.1} %</span> {}",
+            100.0 * stake,
+            escape(&lines[0])
+        );
+        for line in &lines[1..] {
+            let _ = write!(html, "<br><span class=\"detail\">{}</span>", escape(line));
+        }
+        html.push_str("<br><span class=\"evidence\">");
+        match hint {
+            Hint::Growth { row, .. } => {
+                html.push_str(&function_link(&row.function, "show in the flame graph"));
+                if grown.contains(row.function.as_str()) {
+                    let _ = write!(html, " · <a href=\"#diff\">the change table</a>");
+                }
+            }
+            Hint::Slower { functions, .. } => {
+                let re = alternation(functions);
+                html.push_str(&search_link(&re, "show them in the flame graph"));
+            }
+            Hint::Lines { function, .. } => {
+                html.push_str(&function_link(function, "show in the flame graph"));
+                if let Some(anchor) = sources.get(function.as_str()) {
+                    let _ = write!(html, " · <a href=\"#{anchor}\">its source, line by line</a>");
+                }
+            }
+            Hint::Family(i) => {
+                let family = advice.family(*i);
+                let members: Vec<String> = family.leaves.iter().map(|(n, _)| n.clone()).collect();
+                html.push_str(&search_link(
+                    &alternation(&members),
+                    "find its functions in the flame graph (the search totals them)",
+                ));
+                if let Some((Some(caller), _)) = family.callers.first() {
+                    let _ = write!(html, " · {}", function_link(caller, "its main caller"));
+                }
+            }
+        }
+        html.push_str("</span></li>");
+    }
+    html.push_str("</ol></section>\n");
+    html
+}
+
+fn diff_section(report: &Report, subtitle: &str) -> String {
+    let mut html = format!(
+        "<section id=\"diff\"><h2>Changes</h2><p class=\"help\">This profile {} (cumulative shares: a function and \
+what it calls). A change marked * is significant after Holm's correction over all {} functions tested; the \
+differential flame graph colours the stacks of those functions red where they grew and blue where they shrank, \
+other changes pale.</p><table class=\"diff\"><thead><tr><th>function</th><th>share before</th><th>after</th>\
+<th>change (points)</th><th>interval</th><th></th><th>time before (s)</th><th>after</th></tr></thead><tbody>",
+        escape(subtitle),
+        report.tested
+    );
+    let mut rows: Vec<&diff::Row> = report.rows.iter().collect();
+    rows.sort_by(|a, b| {
+        b.share
+            .significant
+            .cmp(&a.share.significant)
+            .then(b.share.change().abs().total_cmp(&a.share.change().abs()))
+            .then(a.function.cmp(&b.function))
+    });
+    let shown = rows.iter().filter(|r| r.share.significant).count().max(DIFF_ROWS);
+    for row in rows.into_iter().take(shown) {
+        let s = &row.share;
+        let class = match (s.significant, s.change() > 0.0) {
+            (true, true) => "grown",
+            (true, false) => "shrank",
+            _ => "same",
+        };
+        let _ = write!(
+            html,
+            "<tr class=\"{class}\"><td>{}</td><td>{:.2} %</td><td>{:.2} %</td><td>{:+.2}</td><td>[{:+.2}, {:+.2}]</td>\
+<td>{}</td><td>{:.3}</td><td>{:.3}</td></tr>",
+            function_link(&row.function, &row.function),
+            s.before,
+            s.after,
+            s.change(),
+            s.low,
+            s.high,
+            if s.significant { "*" } else { "" },
+            row.time.before,
+            row.time.after
+        );
+    }
+    html.push_str("</tbody></table></section>\n");
+    html
+}
+
+/// A regular expression matching exactly these names.
+fn alternation(names: &[String]) -> String {
+    let escaped: Vec<String> = names.iter().map(|n| regex::escape(n)).collect();
+    format!("^(?:{})$", escaped.join("|"))
+}
+
+fn function_link(name: &str, text: &str) -> String {
+    format!(
+        "<a href=\"#graph\" class=\"fn\" data-fn=\"{}\">{}</a>",
+        escape(name),
+        escape(text)
+    )
+}
+
+fn search_link(re: &str, text: &str) -> String {
+    format!(
+        "<a href=\"#graph\" class=\"search\" data-re=\"{}\">{}</a>",
+        escape(re),
+        escape(text)
+    )
+}
+
+/// Text as HTML (in elements and in quoted attributes).
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `list`'s listing of `functions` (one pass over the profile), split per function.
+fn listings(
+    file: &Path,
+    bytes: &[u8],
+    functions: &[String],
+    locator: &Locator,
+    filters: &Filters,
+) -> Vec<listing::Routine> {
+    if functions.is_empty() {
+        return Vec::new();
+    }
+    let Ok(outline) = crate::cut_short::outline(file, bytes, locator) else {
+        return Vec::new();
+    };
+    let regex = regex::Regex::new(&alternation(functions)).expect("escaped names");
+    match crate::list::list(bytes, &outline, locator, &regex, &crate::list::Args::default(), filters) {
+        Ok(text) => listing::routines(&text, functions),
+        Err(_) => Vec::new(),
+    }
+}
