@@ -10,7 +10,7 @@
 //! files.
 //!
 //! ```
-//! # fn main() -> Result<(), cpuprof::Error> {
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let guard = cpuprof::Profiler::builder().frequency(1000).start_in_memory()?;
 //! let mut x = 0u64;
 //! for i in 0..20_000_000u64 {
