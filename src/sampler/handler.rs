@@ -5,10 +5,11 @@
 //! The session publishes a [`SamplerState`] through an atomic pointer; `unpublish` waits until
 //! no handler can still be using it before the session frees it.
 
+use super::thread_accounts::{self, Delivery};
 use super::thread_timers::ThreadTimerKind;
 use super::timer::Clock;
 use super::walk_stack::Workspace;
-use super::{perf_event, runnable_debts, thread_accounts};
+use super::{perf_event, runnable_debts};
 use crate::arch::{interrupted_registers, SigInfoFields};
 use crate::claim_pool::ClaimPool;
 use crate::format::{SampleContext, SignalWeights, ThreadState};
@@ -135,26 +136,26 @@ impl SamplerState {
         }
     }
 
-    /// How many samples this signal stands for, re-arming a perf event if one sent it.
+    /// How many samples this signal stands for, re-arming a perf event if one sent it, and for
+    /// a POSIX timer's, where its periods fall on the thread's lattice (when it has an account).
     ///
     /// # Safety
     /// `info` must be the siginfo of the signal being handled.
-    unsafe fn signal_weight(&self, info: *const libc::siginfo_t) -> u64 {
+    unsafe fn signal_weight(&self, info: *const libc::siginfo_t) -> (u64, Option<Delivery>) {
         let info = &*(info as *const SigInfoFields);
         match self.source {
             // Per-thread timers of either kind: a perf registry gives POSIX timers to threads
             // it cannot give an event, so the signal's code tells which sent it.
             SampleSource::ThreadTimers(_) if info.code == libc::SI_TIMER => {
                 let periods = 1 + info.timer_overrun.max(0) as u64;
-                thread_accounts::credit(thread_pointer(), periods);
-                periods
+                (periods, thread_accounts::credit(thread_pointer(), periods))
             }
             // Kernel-generated SIGPOLL-style codes are positive; signals sent by kill or
             // sigqueue are not, and carry no fd of ours.
             SampleSource::ThreadTimers(ThreadTimerKind::Perf) if info.code > 0 => {
-                perf_event::rearm_and_weigh(info.poll_fd)
+                (perf_event::rearm_and_weigh(info.poll_fd), None)
             }
-            _ => 1,
+            _ => (1, None),
         }
     }
 
@@ -162,7 +163,7 @@ impl SamplerState {
     ///
     /// # Safety
     /// `uc` must be the ucontext of the signal being handled on this thread.
-    unsafe fn sample(&self, uc: *const c_void, weight: u64) {
+    unsafe fn sample(&self, uc: *const c_void, (weight, delivery): (u64, Option<Delivery>)) {
         if let Some(filter) = self.filter {
             if (filter.func)(filter.arg) == 0 {
                 return;
@@ -174,13 +175,14 @@ impl SamplerState {
             return;
         };
         let n = self.walk(interrupted_registers(uc), true, &mut workspace);
-        self.record_own(&mut workspace.frames, n, weight);
+        self.record_own(&mut workspace.frames, n, weight, delivery);
     }
 
     /// Records `weight` periods of the calling thread's time on the CPU at the chain
     /// `frames[..n]`, as the labels ask: plain, labelled, or both; `frames` may be overwritten
-    /// past `n`. Async-signal-safe.
-    fn record_own(&self, frames: &mut [u64], n: usize, weight: u64) {
+    /// past `n`. `delivery` places the periods on the thread's timer lattice when it is known.
+    /// Async-signal-safe.
+    fn record_own(&self, frames: &mut [u64], n: usize, weight: u64, delivery: Option<Delivery>) {
         if n == 0 || frames.is_empty() {
             return;
         }
@@ -197,9 +199,20 @@ impl SamplerState {
             } => {
                 self.table.record(&frames[..n], weight);
                 self.weights.add(weight);
-                let now = thread_cpu_ns();
-                let covered = weight.saturating_mul(cpu_period_ns);
-                now / wall_period_ns - now.saturating_sub(covered) / wall_period_ns
+                // The thread's CPU time these periods cover. From the lattice, consecutive
+                // signals tile it exactly; the CPU time at handling would not: a signal handled
+                // late (on a crowded CPU, by up to a time slice) would cover a stretch that
+                // overlaps the next one's or leaves a gap (up to +47 % on one CPU shared by
+                // two busy threads). Without an account (perf timers, a full table), the
+                // stretch that ends now.
+                let (start, end) = match delivery {
+                    Some(d) => d.cpu_span(cpu_period_ns),
+                    None => {
+                        let now = thread_cpu_ns();
+                        (now.saturating_sub(weight.saturating_mul(cpu_period_ns)), now)
+                    }
+                };
+                (end / wall_period_ns).saturating_sub(start / wall_period_ns)
             }
         };
         // The chain ends in this thread's on-CPU marker, in place of its outermost frame if it
@@ -391,14 +404,14 @@ pub fn unpublish() -> Option<Arc<SamplerState>> {
 /// Adds `weight` samples of the calling thread's call chain `pcs` from outside signal context:
 /// a thread settling, as it exits, what its timer owed it (time on the CPU). Nothing is
 /// recorded when no profile is running.
-pub fn record_outside_handler(pcs: &[u64], weight: u64) {
+pub fn record_outside_handler(pcs: &[u64], weight: u64, delivery: Option<Delivery>) {
     IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
     // SAFETY: the state stays alive while IN_FLIGHT is non-zero (see `unpublish`).
     if let Some(state) = unsafe { CURRENT.load(Ordering::SeqCst).as_ref() } {
         let mut chain = [0u64; thread_accounts::ROOT_FRAMES + 2];
         let kept = pcs.len().min(chain.len() - 1);
         chain[..kept].copy_from_slice(&pcs[..kept]);
-        state.record_own(&mut chain, kept, weight);
+        state.record_own(&mut chain, kept, weight, delivery);
     }
     IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
 }
@@ -434,14 +447,14 @@ pub fn record_taken_signal(info: &libc::siginfo_t, pc: u64) {
     IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
     // SAFETY: the state stays alive while IN_FLIGHT is non-zero (see `unpublish`).
     if let Some(state) = unsafe { CURRENT.load(Ordering::SeqCst).as_ref() } {
-        let weight = if info.si_code == libc::SI_TIMER {
+        let (weight, delivery) = if info.si_code == libc::SI_TIMER {
             // SAFETY: a siginfo the kernel filled in.
             unsafe { state.signal_weight(info) }
         } else {
-            1
+            (1, None)
         };
         state.interrupts.fetch_add(1, Ordering::Relaxed);
-        state.record_own(&mut [pc, 0], 1, weight);
+        state.record_own(&mut [pc, 0], 1, weight, delivery);
     }
     IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
 }

@@ -61,6 +61,25 @@ impl StartChain {
     }
 }
 
+/// Where periods delivered to a thread fall on its timer's lattice: the first expiry, and the
+/// periods delivered before and after them. Consecutive deliveries to a thread tile its CPU
+/// time end to end, however late each signal was handled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Delivery {
+    pub first_expiry_ns: u64,
+    pub before: u64,
+    pub after: u64,
+}
+
+impl Delivery {
+    /// The stretch of the thread's CPU time these periods stand for, as positions on its
+    /// lattice (`first + periods x period_ns`): what a wall profile beside a CPU profile thins.
+    pub fn cpu_span(&self, period_ns: u64) -> (u64, u64) {
+        let at = |periods: u64| self.first_expiry_ns.saturating_add(periods.saturating_mul(period_ns));
+        (at(self.before), at(self.after))
+    }
+}
+
 /// A table of accounts. The process has one ([`ACCOUNTS`], behind the free functions below);
 /// unit tests build their own, so that sessions started by other tests in the same binary
 /// (whose stop [`clear`]s the process's table) never touch theirs.
@@ -118,27 +137,37 @@ impl Table {
         true
     }
 
-    fn credit(&self, tp: u64, periods: u64) {
-        if let Some(account) = self.find(tp) {
-            account.delivered.fetch_add(periods, Ordering::Relaxed);
-        }
+    fn credit(&self, tp: u64, periods: u64) -> Option<Delivery> {
+        let account = self.find(tp)?;
+        let before = account.delivered.fetch_add(periods, Ordering::Relaxed);
+        Some(Delivery {
+            first_expiry_ns: account.first_expiry_ns.load(Ordering::Relaxed),
+            before,
+            after: before.saturating_add(periods),
+        })
     }
 
-    fn settle(&self, tp: u64, cpu_ns: u64, period_ns: u64) -> Option<(u64, StartChain)> {
+    fn settle(&self, tp: u64, cpu_ns: u64, period_ns: u64) -> Option<(u64, StartChain, Delivery)> {
         let account = self.find(tp)?;
         let first = account.first_expiry_ns.load(Ordering::Relaxed);
         let expired = match cpu_ns.checked_sub(first) {
             Some(past) => 1 + past / period_ns.max(1),
             None => 0,
         };
-        let owed = expired.saturating_sub(account.delivered.load(Ordering::Relaxed));
+        let delivered = account.delivered.load(Ordering::Relaxed);
+        let owed = expired.saturating_sub(delivered);
         let mut pcs = [0; 1 + ROOT_FRAMES];
         for (pc, slot) in pcs.iter_mut().zip(account.chain.iter()) {
             *pc = slot.load(Ordering::Relaxed);
         }
         let len = pcs.iter().position(|&pc| pc == 0).unwrap_or(pcs.len());
         account.key.store(TOMBSTONE, Ordering::Release);
-        Some((owed, StartChain { pcs, len }))
+        let delivery = Delivery {
+            first_expiry_ns: first,
+            before: delivered,
+            after: delivered + owed,
+        };
+        Some((owed, StartChain { pcs, len }, delivery))
     }
 
     fn clear(&self) {
@@ -157,16 +186,17 @@ pub fn open(tp: u64, first_expiry_ns: u64, chain: &StartChain) -> bool {
     ACCOUNTS.open(tp, first_expiry_ns, chain)
 }
 
-/// Credits `periods` delivered by a signal to thread `tp`'s account, if it has one.
-/// Async-signal-safe.
-pub fn credit(tp: u64, periods: u64) {
+/// Credits `periods` delivered by a signal to thread `tp`'s account, if it has one, and says
+/// where they fall on its lattice. Async-signal-safe.
+pub fn credit(tp: u64, periods: u64) -> Option<Delivery> {
     ACCOUNTS.credit(tp, periods)
 }
 
 /// Closes the calling thread's account when it exits, at CPU time `cpu_ns`: returns the
-/// periods its timer owed but never delivered and the call chain to charge them to.
-/// The caller has blocked the profiling signal, so nothing is credited meanwhile.
-pub fn settle(tp: u64, cpu_ns: u64, period_ns: u64) -> Option<(u64, StartChain)> {
+/// periods its timer owed but never delivered, the call chain to charge them to, and where
+/// they fall on its lattice. The caller has blocked the profiling signal, so nothing is
+/// credited meanwhile.
+pub fn settle(tp: u64, cpu_ns: u64, period_ns: u64) -> Option<(u64, StartChain, Delivery)> {
     ACCOUNTS.settle(tp, cpu_ns, period_ns)
 }
 
@@ -200,20 +230,22 @@ mod tests {
         let chain = StartChain::new(0x401000, &[0x7f00_0001, 0x7f00_0002]);
         assert!(t.open(tp, 3_000, &chain));
         // Expiries at 3 us, 13 us, 23 us, ...; CPU time 25 us: three expired.
-        t.credit(tp, 1);
-        let (owed, settled) = t.settle(tp, 25_000, 10_000).unwrap();
+        let delivered = t.credit(tp, 1).unwrap();
+        assert_eq!(delivered.cpu_span(10_000), (3_000, 13_000));
+        let (owed, settled, rest) = t.settle(tp, 25_000, 10_000).unwrap();
         assert_eq!((owed, settled.pcs()), (2, &[0x401000, 0x7f00_0001, 0x7f00_0002][..]));
+        assert_eq!(rest.cpu_span(10_000), (13_000, 33_000), "the settled periods follow on");
         assert_eq!(t.settle(tp, 25_000, 10_000), None, "settled once");
         // Exiting before the first expiry owes nothing.
         assert!(t.open(tp, 9_000, &StartChain::new(0x401000, &[])));
         assert_eq!(
-            t.settle(tp, 8_000, 10_000).map(|(owed, c)| (owed, c.pcs().to_vec())),
+            t.settle(tp, 8_000, 10_000).map(|(owed, c, _)| (owed, c.pcs().to_vec())),
             Some((0, vec![0x401000]))
         );
         // Deliveries beyond the lattice (a signal racing the exit) never make the debt negative.
         assert!(t.open(tp, 1, &StartChain::new(7, &[])));
         t.credit(tp, 5);
-        assert_eq!(t.settle(tp, 10, 10_000).map(|(owed, _)| owed), Some(0));
+        assert_eq!(t.settle(tp, 10, 10_000).map(|(owed, ..)| owed), Some(0));
     }
 
     #[test]
@@ -236,7 +268,7 @@ mod tests {
         }
         for (i, &tp) in tps.iter().enumerate() {
             // Expired at CPU time 45 with period 10: 5 periods, less what was credited.
-            let (owed, chain) = t.settle(tp, 45, 10).unwrap();
+            let (owed, chain, _) = t.settle(tp, 45, 10).unwrap();
             assert_eq!((owed, chain.pcs()), (5u64.saturating_sub(i as u64), &[tp][..]));
         }
     }

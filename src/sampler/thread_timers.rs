@@ -537,8 +537,8 @@ extern "C" fn on_thread_exit(_value: *mut c_void) {
             signals::block_in_current_thread(t.signal);
             if matches!(armed, Armed::Posix(_)) {
                 let owed = thread_accounts::settle(thread_pointer(), thread_accounts::thread_cpu_ns(), t.period_ns);
-                if let Some((periods @ 1.., chain)) = owed {
-                    super::handler::record_outside_handler(chain.pcs(), periods);
+                if let Some((periods @ 1.., chain, delivery)) = owed {
+                    super::handler::record_outside_handler(chain.pcs(), periods, Some(delivery));
                 }
             }
             disarm(armed);
