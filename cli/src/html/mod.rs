@@ -68,13 +68,6 @@ pub fn page(file: &Path, bytes: &[u8], baseline: &Baseline, opts: &Options) -> R
 
     let summary =
         |s: &Stacks, p: &Profile| diff::Summary::new(s, p.records, p.maps.signal_weights, 1.0, true, opts.tick_us);
-    let past = |p: &Profile| {
-        if filters.active() {
-            crate::filters::profile(p, locator, filters)
-        } else {
-            p.clone()
-        }
-    };
     let mut subtitle = String::new();
     let mut base_total = 0;
     let mut comparison: Option<(Report, usize)> = None;
@@ -82,7 +75,10 @@ pub fn page(file: &Path, bytes: &[u8], baseline: &Baseline, opts: &Options) -> R
     match baseline {
         Baseline::None => {}
         Baseline::Profile(base) => {
-            let base_profile = past(&crate::read_profile(base, locator)?);
+            let mut base_profile = crate::read_profile(base, locator)?;
+            if filters.active() {
+                base_profile = crate::filters::profile(&base_profile, locator, filters);
+            }
             let base_stacks = Stacks::symbolise(&base_profile, locator);
             base_total = base_stacks.total();
             tree.add(&base_stacks, true);
@@ -296,49 +292,44 @@ fn history_epochs(
     locator: &Locator,
     filters: &Filters,
 ) -> Result<Vec<Epoch>, String> {
+    // An epoch as the new profile is seen: filtered alike.
     let epoch = |name: String, processes: usize, profile: &Profile| {
+        let filtered;
         let profile = if filters.active() {
-            crate::filters::profile(profile, locator, filters)
+            filtered = crate::filters::profile(profile, locator, filters);
+            &filtered
         } else {
-            profile.clone()
+            profile
         };
         Epoch {
             name,
             processes,
-            stacks: Stacks::symbolise(&profile, locator),
+            stacks: Stacks::symbolise(profile, locator),
             records: profile.records,
             weights: profile.maps.signal_weights,
         }
     };
+    if !crate::db::Database::is_database(dir) {
+        return crate::read_history(dir, &|path: &Path| {
+            let name = crate::symbolize::file_name(&path.display().to_string()).to_string();
+            Ok(epoch(name, 1, &crate::read_profile(path, locator)?))
+        });
+    }
+    let database = crate::db::Database::open(dir)?;
+    let (program, selected) = database.select(&crate::program_of(&database, selection, file))?;
     let mut epochs = Vec::new();
-    if crate::db::Database::is_database(dir) {
-        let database = crate::db::Database::open(dir)?;
-        let selection = crate::program_of(&database, selection, file);
-        let (program, selected) = database.select(&selection)?;
-        for (name, entries) in &selected {
-            match crate::db::merged(entries, locator)? {
-                Some(bytes) => {
-                    let profile = Profile::parse(&bytes).map_err(|e| format!("{name}: merged profile: {e}"))?;
-                    epochs.push(epoch(name.clone(), entries.len(), &profile));
-                }
-                None => eprintln!("cpuprof: epoch {name}: no readable profile of {program}; left out"),
+    for (name, entries) in &selected {
+        match crate::db::merged(entries, locator)? {
+            Some(bytes) => {
+                let profile = Profile::parse(&bytes).map_err(|e| format!("{name}: merged profile: {e}"))?;
+                epochs.push(epoch(name.clone(), entries.len(), &profile));
             }
-        }
-    } else {
-        for path in crate::sorted_files(dir)? {
-            match crate::read_profile(&path, locator) {
-                Ok(profile) => epochs.push(epoch(
-                    crate::symbolize::file_name(&path.display().to_string()).to_string(),
-                    1,
-                    &profile,
-                )),
-                Err(e) => eprintln!("cpuprof: skipping {}: {e}", path.display()),
-            }
+            None => eprintln!("cpuprof: epoch {name}: no readable profile of {program}; left out"),
         }
     }
     if epochs.len() < 2 {
         return Err(format!(
-            "{}: a history needs at least two profiles, found {}",
+            "{}: a history needs at least two epochs of {program}, found {}",
             dir.display(),
             epochs.len()
         ));
