@@ -258,7 +258,7 @@ impl Drop for ProfilerGuard {
     fn drop(&mut self) {
         if !self.stopped {
             if let Err(e) = global::stop() {
-                eprintln!("cpuprof: {e}");
+                crate::say!("cpuprof: {e}");
             }
         }
     }

@@ -7,14 +7,14 @@
 mod support;
 
 use cpuprof::{Profiler, Report};
-use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::hint::black_box;
 use std::path::Path;
 use std::process::Command;
+use std::sync::Mutex;
 use support::*;
 
-static ONE_AT_A_TIME: Mutex<()> = parking_lot::const_mutex(());
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 #[inline(never)]
 fn heavy(n: u64) -> u64 {
@@ -134,7 +134,7 @@ fn go_pprof_of(profile: &Path, args: &[&str]) -> String {
 /// likewise. No file is created: the process opens no descriptor on any `(in memory)` path.
 #[test]
 fn samples_name_their_threads_and_nothing_touches_the_file_system() {
-    let _turn = ONE_AT_A_TIME.lock();
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let guard = Profiler::builder().frequency(500).start_in_memory().unwrap();
     let threads: Vec<_> = [("heavy", 2.25), ("light", 0.75)]
         .into_iter()
@@ -171,7 +171,7 @@ fn samples_name_their_threads_and_nothing_touches_the_file_system() {
 /// goes on: the final report holds at least as much, the snapshot's share of `heavy` holds.
 #[test]
 fn a_snapshot_while_running_is_a_complete_profile_and_profiling_goes_on() {
-    let _turn = ONE_AT_A_TIME.lock();
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let guard = Profiler::builder().frequency(250).start_in_memory().unwrap();
     for_cpu_seconds(1.0, || {
         black_box(heavy(20_000));
@@ -208,7 +208,7 @@ fn a_snapshot_while_running_is_a_complete_profile_and_profiling_goes_on() {
 /// thread labels unless asked; `Report::parse` reads any raw profile.
 #[test]
 fn a_file_profile_reports_and_any_raw_profile_parses() {
-    let _turn = ONE_AT_A_TIME.lock();
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = scratch_dir("report_file");
     let path = dir.join("file.prof");
     let guard = Profiler::builder()

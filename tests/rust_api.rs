@@ -5,11 +5,11 @@ mod support;
 
 use cpuprof::format::{Maps, Profile, SlotFormat};
 use cpuprof::Profiler;
-use parking_lot::Mutex;
 use std::hint::black_box;
+use std::sync::Mutex;
 use support::*;
 
-static ONE_AT_A_TIME: Mutex<()> = parking_lot::const_mutex(());
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 #[inline(always)]
 fn burn(n: u64) -> u64 {
@@ -38,7 +38,7 @@ fn process_cpu_seconds() -> f64 {
 
 #[test]
 fn empty_profile_is_exactly_header_trailer_and_maps() {
-    let _turn = ONE_AT_A_TIME.lock();
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let path = scratch_dir("empty").join("empty.prof");
     let guard = Profiler::builder().report_on_stderr(false).start(&path).unwrap();
     let report = guard.stop().unwrap();
@@ -70,7 +70,7 @@ fn empty_profile_is_exactly_header_trailer_and_maps() {
 
 #[test]
 fn guard_known_answer() {
-    let _turn = ONE_AT_A_TIME.lock();
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let path = scratch_dir("guard").join("guard.prof");
     let cpu_before = process_cpu_seconds();
     {
@@ -100,7 +100,7 @@ fn guard_known_answer() {
 
 #[test]
 fn second_start_and_bad_paths_are_errors_naming_the_path() {
-    let _turn = ONE_AT_A_TIME.lock();
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = scratch_dir("errors");
     let err = Profiler::start(dir.join("no/such/dir/x.prof"))
         .err()
@@ -134,7 +134,7 @@ fn wait_here(rx: &std::sync::mpsc::Receiver<()>) {
 /// a register: the frame record proven from the record above it, `unwind::frame_records`).
 #[test]
 fn wall_and_wall_beside_known_answer() {
-    let _turn = ONE_AT_A_TIME.lock();
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = scratch_dir("wall-guard");
     let (wall, cpu) = (dir.join("wall.prof"), dir.join("cpu.prof"));
     for beside in [false, true] {

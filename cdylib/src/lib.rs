@@ -18,7 +18,9 @@
 use cpuprof_core::sampler::{signals, thread_timers, StartChain, ThreadFilter, ROOT_FRAMES};
 use cpuprof_core::session::epochs::{EpochOptions, MIN_EPOCH};
 use cpuprof_core::session::options::{parse_frequency, WallBeside, DEFAULT_FREQUENCY, MAX_WALL_FREQUENCY};
-use cpuprof_core::session::{autostart, global, process_end, Options};
+use cpuprof_core::session::start_waiting_writer;
+use cpuprof_core::session::{autostart, children, global, process_end, threadless, Options};
+use cpuprof_core::sys::messages;
 use cpuprof_core::unwind::{self, StackReader, THREAD_STACKS};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::os::unix::ffi::OsStrExt;
@@ -45,20 +47,19 @@ pub struct ProfilerState {
 #[ctor::ctor(unsafe)]
 fn load() {
     resolve_real_functions();
+    // Who speaks on stderr, decided before anything is said (`sys::messages`).
+    messages::decide_from_env(|k| std::env::var(k).ok());
     // Before anything can sample or call ProfilerGetStackTrace: stack memory outside the
     // threads' own stacks is read through this descriptor. Without /proc, sessions say so.
     let _ = unwind::safe_read::keep_open();
-    // SAFETY: registers a plain function, run in the child after each fork.
-    unsafe { libc::pthread_atfork(None, None, Some(in_child_after_fork)) };
+    // Forked children: their own profiles, and cpuprof's locks free in them.
+    children::install_fork_handlers();
+    // Our pthread_create starts a waiting writer: a profile may start without a thread.
+    threadless::enable_deferral();
     autostart::start_from_environment();
     cpuprof_core::http::serve_from_env();
     // SAFETY: registers a plain function to run at exit.
     unsafe { libc::atexit(at_exit) };
-}
-
-extern "C" fn in_child_after_fork() {
-    signals::release_in_child();
-    unwind::safe_read::reopen_in_child();
 }
 
 extern "C" fn at_exit() {
@@ -67,7 +68,7 @@ extern "C" fn at_exit() {
 
 fn start(fname: *const c_char, options: Options) -> c_int {
     if fname.is_null() {
-        eprintln!("cpuprof: ProfilerStart: file name is NULL");
+        cpuprof_core::say!("cpuprof: ProfilerStart: file name is NULL");
         return 0;
     }
     // SAFETY: the caller passes a NUL-terminated string.
@@ -75,7 +76,7 @@ fn start(fname: *const c_char, options: Options) -> c_int {
     match global::start(&path, options) {
         Ok(()) => 1,
         Err(e) => {
-            eprintln!("cpuprof: ProfilerStart: {e}");
+            cpuprof_core::say!("cpuprof: ProfilerStart: {e}");
             0
         }
     }
@@ -89,18 +90,18 @@ fn start(fname: *const c_char, options: Options) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn CpuprofServeHttp(address: *const c_char) -> c_int {
     if address.is_null() {
-        eprintln!("cpuprof: CpuprofServeHttp: address is NULL");
+        cpuprof_core::say!("cpuprof: CpuprofServeHttp: address is NULL");
         return -1;
     }
     // SAFETY: the caller passes a NUL-terminated string.
     let address = unsafe { CStr::from_ptr(address) }.to_string_lossy();
     match cpuprof_core::http::serve(&address) {
         Ok(bound) => {
-            eprintln!("cpuprof: serving profiles on http://{bound}/pprof/profile");
+            cpuprof_core::say!("cpuprof: serving profiles on http://{bound}/pprof/profile");
             c_int::from(bound.port())
         }
         Err(e) => {
-            eprintln!("cpuprof: CpuprofServeHttp({address}): cannot listen: {e}");
+            cpuprof_core::say!("cpuprof: CpuprofServeHttp({address}): cannot listen: {e}");
             -1
         }
     }
@@ -149,7 +150,7 @@ pub unsafe extern "C" fn CpuprofStartWall(
         return start(wall_fname, o);
     }
     if wall_fname.is_null() {
-        eprintln!("cpuprof: CpuprofStartWall: no file name for the wall-clock profile");
+        cpuprof_core::say!("cpuprof: CpuprofStartWall: no file name for the wall-clock profile");
         return 0;
     }
     o.wall_beside = Some(WallBeside {
@@ -186,7 +187,7 @@ pub unsafe extern "C" fn ProfilerStartWithOptions(fname: *const c_char, options:
 pub extern "C" fn ProfilerStop() {
     match global::stop() {
         Ok(_) | Err(cpuprof_core::Error::NotRunning) => {}
-        Err(e) => eprintln!("cpuprof: ProfilerStop: {e}"),
+        Err(e) => cpuprof_core::say!("cpuprof: ProfilerStop: {e}"),
     }
 }
 
@@ -228,6 +229,16 @@ pub unsafe extern "C" fn sigaction(signal: c_int, act: *const libc::sigaction, o
     signals::application_sigaction(signal, act, old)
 }
 
+/// Interposes `signal(3)`: glibc's sets the disposition through its internal `sigaction`,
+/// which the interposed one would never see (see `signals::application_signal`).
+///
+/// # Safety
+/// The arguments of `signal(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn signal(signal: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    signals::application_signal(signal, handler)
+}
+
 type StartRoutine = extern "C" fn(*mut c_void) -> *mut c_void;
 type PthreadCreate =
     unsafe extern "C" fn(*mut libc::pthread_t, *const libc::pthread_attr_t, StartRoutine, *mut c_void) -> c_int;
@@ -257,6 +268,9 @@ pub unsafe extern "C" fn pthread_create(
     let Some(real) = real_pthread_create() else {
         return libc::EAGAIN;
     };
+    // The program becomes multi-threaded: a profile that started without a thread of its own
+    // (`session::threadless`) gets its writer now.
+    start_waiting_writer();
     let call = Box::into_raw(Box::new((start, arg)));
     let rc = real(thread, attr, start_thread, call as *mut c_void);
     if rc != 0 {

@@ -135,6 +135,21 @@ impl SlotFormat {
         }
     }
 
+    /// Writes `value` as one slot at the start of `out` (truncated as by [`put`](Self::put)).
+    /// Async-signal-safe.
+    ///
+    /// # Panics
+    ///
+    /// If `out` is shorter than `self.size`.
+    pub fn put_into(self, value: u64, out: &mut [u8]) {
+        match (self.size, self.order) {
+            (4, ByteOrder::Little) => out[..4].copy_from_slice(&(value as u32).to_le_bytes()),
+            (4, ByteOrder::Big) => out[..4].copy_from_slice(&(value as u32).to_be_bytes()),
+            (_, ByteOrder::Little) => out[..8].copy_from_slice(&value.to_le_bytes()),
+            (_, ByteOrder::Big) => out[..8].copy_from_slice(&value.to_be_bytes()),
+        }
+    }
+
     /// Reads the slot at the start of `bytes`.
     ///
     /// # Panics

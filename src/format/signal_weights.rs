@@ -21,6 +21,9 @@
 
 const PREFIX: &str = "# signal-weights ";
 
+/// The longest line: the prefix, three 20-digit numbers, two spaces and the newline.
+pub const LINE_BYTES: usize = PREFIX.len() + 3 * 20 + 3;
+
 /// The signals behind a profile's samples and their weights.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SignalWeights {
@@ -52,7 +55,39 @@ impl SignalWeights {
     /// The line recording these weights (newline included), to append to a profile's maps
     /// text.
     pub fn line(&self) -> String {
-        format!("{PREFIX}{} {} {}\n", self.signals, self.sum, self.sum_of_squares)
+        let mut line = [0; LINE_BYTES];
+        let n = self.write_line(&mut line);
+        String::from_utf8_lossy(&line[..n]).into_owned()
+    }
+
+    /// [`line`](Self::line) into `out` without allocating, for a profile completed in a signal
+    /// handler; returns its length. Async-signal-safe.
+    pub fn write_line(&self, out: &mut [u8; LINE_BYTES]) -> usize {
+        let mut n = 0;
+        let mut put = |bytes: &[u8]| {
+            out[n..n + bytes.len()].copy_from_slice(bytes);
+            n += bytes.len();
+        };
+        put(PREFIX.as_bytes());
+        for (i, value) in [self.signals, self.sum, self.sum_of_squares].into_iter().enumerate() {
+            if i > 0 {
+                put(b" ");
+            }
+            let mut digits = [0u8; 20];
+            let mut at = digits.len();
+            let mut v = value;
+            loop {
+                at -= 1;
+                digits[at] = b'0' + (v % 10) as u8;
+                v /= 10;
+                if v == 0 {
+                    break;
+                }
+            }
+            put(&digits[at..]);
+        }
+        put(b"\n");
+        n
     }
 
     /// The weights a `# signal-weights` line records; `None` for any other line or one whose
@@ -82,6 +117,13 @@ mod tests {
             sum_of_squares: 4000,
         };
         assert_eq!(SignalWeights::parse_line(&w.line()), Some(w));
+        assert_eq!(w.line(), "# signal-weights 250 1000 4000\n");
+        let widest = SignalWeights {
+            signals: u64::MAX,
+            sum: u64::MAX,
+            sum_of_squares: u64::MAX,
+        };
+        assert_eq!(widest.line().len(), LINE_BYTES);
         assert_eq!(w.effective_observations(), Some(250.0));
         for bad in [
             "# signal-weights 1 2",

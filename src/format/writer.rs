@@ -37,25 +37,22 @@ impl<W: Write> ProfileWriter<W> {
     /// Writes one record. `pcs` must be non-empty and must not start with 0 (that would read as
     /// the trailer); counts above the slot width are split over several records.
     pub fn write_record(&mut self, count: u64, pcs: &[u64]) -> io::Result<()> {
-        if count == 0 || pcs.is_empty() || pcs[0] == 0 {
+        let (bytes, records) = record_size(self.format, count, pcs);
+        if records == 0 {
             return Ok(());
         }
-        let max = self.format.max_value();
-        let mut left = count;
-        let mut records = 0;
-        while left > 0 {
-            let chunk = left.min(max);
-            self.format.put(chunk, &mut self.scratch);
-            self.format.put(pcs.len() as u64, &mut self.scratch);
-            for &pc in pcs {
-                self.format.put(pc, &mut self.scratch);
-            }
-            left -= chunk;
-            records += 1;
-        }
+        self.scratch.resize(bytes, 0);
+        encode_record(self.format, count, pcs, &mut self.scratch);
         self.emit()?;
         self.records_written += records;
         Ok(())
+    }
+
+    /// Counts records and bytes that reached the sink without this writer (a process's first
+    /// records, written from a signal handler before it had a writer thread).
+    pub fn note_written_elsewhere(&mut self, records: u64, bytes: u64) {
+        self.records_written += records;
+        self.bytes_written += bytes;
     }
 
     /// Records handed to the sink so far: the ordinal the next record will have.
@@ -85,6 +82,11 @@ impl<W: Write> ProfileWriter<W> {
         &self.sink
     }
 
+    /// The sink, to update what it knows.
+    pub fn get_mut(&mut self) -> &mut W {
+        &mut self.sink
+    }
+
     /// The sink, whatever state the profile is in.
     pub fn into_inner(self) -> W {
         self.sink
@@ -108,6 +110,42 @@ impl<W: Write> ProfileWriter<W> {
         self.scratch.clear();
         result
     }
+}
+
+/// The bytes and the records that [`encode_record`] writes for `count` samples of `pcs`: none
+/// when there is nothing to write (no samples, no PCs, or a first PC of 0, which would read as
+/// the trailer); several records when the count is wider than a slot.
+pub fn record_size(format: SlotFormat, count: u64, pcs: &[u64]) -> (usize, u64) {
+    if count == 0 || pcs.is_empty() || pcs[0] == 0 {
+        return (0, 0);
+    }
+    let records = count.div_ceil(format.max_value());
+    (records as usize * (2 + pcs.len()) * format.size, records)
+}
+
+/// Encodes the records for `count` samples of `pcs` (`count, depth, pc...`, the count split
+/// over several records when wider than a slot) at the start of `out`, which must hold
+/// [`record_size`] bytes; returns the bytes written. Async-signal-safe.
+pub fn encode_record(format: SlotFormat, count: u64, pcs: &[u64], out: &mut [u8]) -> usize {
+    if record_size(format, count, pcs).1 == 0 {
+        return 0;
+    }
+    let mut at = 0;
+    let mut put = |value: u64| {
+        format.put_into(value, &mut out[at..]);
+        at += format.size;
+    };
+    let mut left = count;
+    while left > 0 {
+        let chunk = left.min(format.max_value());
+        put(chunk);
+        put(pcs.len() as u64);
+        for &pc in pcs {
+            put(pc);
+        }
+        left -= chunk;
+    }
+    at
 }
 
 #[cfg(test)]

@@ -109,7 +109,7 @@ fn listen(listener: TcpListener, ours: (u64, u64)) {
         // SAFETY: one valid pollfd. Polling a number the program has reused only reads its state.
         let ready = unsafe { libc::poll(&mut pending, 1, LISTENER_CHECK.as_millis() as libc::c_int) };
         if identity(fd) != Some(ours) {
-            eprintln!(
+            crate::say!(
                 "cpuprof: the HTTP endpoint's listening socket (descriptor {fd}) was closed or reused by \
                  the program; the endpoint stops serving"
             );
@@ -144,10 +144,10 @@ pub fn serve_from_env() {
         return;
     }
     match serve(&address) {
-        Ok(bound) => eprintln!(
+        Ok(bound) => crate::say!(
             "cpuprof: serving profiles on http://{bound}/pprof/profile and http://{bound}/debug/pprof/profile"
         ),
-        Err(e) => eprintln!("cpuprof: CPUPROF_HTTP={address}: cannot listen: {e}; the program continues without it"),
+        Err(e) => crate::say!("cpuprof: CPUPROF_HTTP={address}: cannot listen: {e}; the program continues without it"),
     }
 }
 

@@ -67,6 +67,9 @@ pub struct SamplerState {
     labels: Labels,
     /// [`Labels::Beside`]: the weights of the wall profile's samples.
     wall_weights: WeightCounters,
+    /// Called after each sample while the process has no writer thread to drain the ring
+    /// (`session::threadless`); must be async-signal-safe.
+    after_sample: Option<fn(&SamplerState)>,
 }
 
 /// Which samples carry their thread and state ([`SampleContext`]: a marker ending the chain,
@@ -133,7 +136,14 @@ impl SamplerState {
             filter,
             interrupts: AtomicU64::new(0),
             weights: WeightCounters::default(),
+            after_sample: None,
         }
+    }
+
+    /// Has `hook` called after each sample (before the state is published). The hook must be
+    /// async-signal-safe.
+    pub fn call_after_each_sample(&mut self, hook: fn(&SamplerState)) {
+        self.after_sample = Some(hook);
     }
 
     /// How many samples this signal stands for, re-arming a perf event if one sent it, and for
@@ -383,6 +393,25 @@ pub fn refresh_dwarf() {
     }
 }
 
+/// Runs `f` on the published state, if any, as a handler would (it stays alive meanwhile).
+/// Async-signal-safe if `f` is: for the process-ending paths, which may run in a signal
+/// handler.
+pub fn with_published_state<R>(f: impl FnOnce(&SamplerState) -> R) -> Option<R> {
+    IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+    // SAFETY: the state stays alive while IN_FLIGHT is non-zero (see `unpublish`).
+    let result = unsafe { CURRENT.load(Ordering::SeqCst).as_ref() }.map(f);
+    IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+    result
+}
+
+/// In a forked child: the parent's published state is not the child's to sample into or free
+/// (it is left as it is, unreachable), and handlers that were running in the parent's other
+/// threads at the fork do not exist here. Not for signal context.
+pub fn forget_in_forked_child() {
+    CURRENT.store(std::ptr::null_mut(), Ordering::SeqCst);
+    IN_FLIGHT.store(0, Ordering::SeqCst);
+}
+
 /// Makes `state` the target of every profiling signal from now on.
 pub fn publish(state: Arc<SamplerState>) {
     let old = CURRENT.swap(Arc::into_raw(state) as *mut SamplerState, Ordering::SeqCst);
@@ -484,7 +513,10 @@ pub unsafe extern "C" fn on_profiling_signal(_sig: c_int, info: *mut libc::sigin
         // the kernel's ucontext for this signal.
         unsafe {
             let weight = (*state).signal_weight(info);
-            (*state).sample(uc, weight)
+            (*state).sample(uc, weight);
+            if let Some(hook) = (*state).after_sample {
+                hook(&*state);
+            }
         };
     }
     IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);

@@ -1,5 +1,6 @@
 //! Timers and the signal handler: the only code that runs in signal context.
 
+pub mod default_actions;
 pub mod handler;
 mod perf_event;
 pub mod runnable_debts;
@@ -11,8 +12,8 @@ mod walk_stack;
 
 pub use crate::arch::{calling_registers, interrupted_registers};
 pub use handler::{
-    on_profiling_signal, publish, refresh_dwarf, set_dwarf, unpublish, wait_for_handlers, walk_outside_handler, Labels,
-    SampleSource, SamplerState, ThreadFilter, UnwinderChoice,
+    forget_in_forked_child, on_profiling_signal, publish, refresh_dwarf, set_dwarf, unpublish, wait_for_handlers,
+    walk_outside_handler, with_published_state, Labels, SampleSource, SamplerState, ThreadFilter, UnwinderChoice,
 };
 pub use signals::SignalError;
 pub use thread_accounts::{StartChain, ROOT_FRAMES};

@@ -78,6 +78,14 @@ pub fn forget(tid: u32) -> u64 {
     }
 }
 
+/// In a forked child: the debts are the parent's threads'. Not for signal context.
+pub fn clear() {
+    for debt in &DEBTS {
+        debt.periods.store(0, Ordering::Release);
+        debt.tid.store(0, Ordering::Release);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,6 +12,7 @@
 //! reports back. Handlers with `SA_NODEFER` are left alone: they may leave by `longjmp`,
 //! which would keep our signal blocked on that thread for good.
 
+use super::default_actions;
 use std::ffi::{c_int, c_void};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -78,7 +79,7 @@ fn real_sigaction_fn() -> SigactionFn {
 
 /// # Safety
 /// As `sigaction(2)`.
-unsafe fn real_sigaction(signal: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
+pub(crate) unsafe fn real_sigaction(signal: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
     real_sigaction_fn()(signal, act, old)
 }
 
@@ -199,13 +200,40 @@ pub unsafe fn application_sigaction(signal: c_int, act: *const libc::sigaction, 
     let Some(index) = usize::try_from(signal).ok().filter(|i| (1..65).contains(i)) else {
         return real_sigaction(signal, act, old);
     };
+    let held = default_actions::is_held(signal);
     let Some(act) = act.as_ref() else {
         let r = real_sigaction(signal, std::ptr::null(), old);
         if let (0, Some(old)) = (r, old.as_mut()) {
             unshield(index, old);
+            if held {
+                *old = default_actions::default_disposition();
+            }
         }
         return r;
     };
+    if default_actions::covers(signal) {
+        if act.sa_sigaction == libc::SIG_DFL {
+            // The default action, which cpuprof holds (or takes back) to complete the profile
+            // before it happens.
+            let mut previous: libc::sigaction = std::mem::zeroed();
+            if real_sigaction(signal, std::ptr::null(), &mut previous) != 0 {
+                return -1;
+            }
+            if default_actions::hold_one(signal) {
+                if let Some(old) = old.as_mut() {
+                    *old = if held {
+                        default_actions::default_disposition()
+                    } else {
+                        unshield(index, &mut previous);
+                        previous
+                    };
+                }
+                return 0;
+            }
+        } else {
+            default_actions::drop_one(signal);
+        }
+    }
     let mut action = *act;
     let _changing = Changing::enter();
     let added = shield(signal, &mut action, our_signals());
@@ -213,10 +241,34 @@ pub unsafe fn application_sigaction(signal: c_int, act: *const libc::sigaction, 
     if r == 0 {
         if let Some(old) = old.as_mut() {
             unshield(index, old);
+            if held {
+                *old = default_actions::default_disposition();
+            }
         }
         SHIELDED[index].store(added, Ordering::Relaxed);
     }
     r
+}
+
+/// `signal(3)` for the application (libcpuprof.so interposes it: glibc's calls its internal
+/// `sigaction`, which the interposed one never sees): BSD semantics, as glibc's, through
+/// [`application_sigaction`]. Returns the previous handler, or `SIG_ERR`.
+///
+/// # Safety
+/// As `signal(3)`.
+pub unsafe fn application_signal(signal: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    let mut action: libc::sigaction = std::mem::zeroed();
+    let mut old: libc::sigaction = std::mem::zeroed();
+    action.sa_sigaction = handler;
+    if libc::sigemptyset(&mut action.sa_mask) != 0 || libc::sigaddset(&mut action.sa_mask, signal) != 0 {
+        *libc::__errno_location() = libc::EINVAL;
+        return libc::SIG_ERR;
+    }
+    action.sa_flags = libc::SA_RESTART;
+    if application_sigaction(signal, &action, &mut old) != 0 {
+        return libc::SIG_ERR;
+    }
+    old.sa_sigaction
 }
 
 /// Installs `handler` for `signal` unless the application has its own handler there.

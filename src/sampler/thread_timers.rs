@@ -136,6 +136,26 @@ fn running(timers: &mut Option<Timers>) -> Option<&mut Timers> {
 /// The per-thread timers of the running session, if it uses them.
 static TIMERS: Mutex<Option<Timers>> = Mutex::new(None);
 
+/// The registry's lock, held across `fork` (`session::children`).
+pub(crate) fn fork_lock() -> &'static dyn crate::sync::ForkLock {
+    &TIMERS
+}
+
+/// In a forked child: the parent's registry is not the child's. POSIX timers are not inherited
+/// across fork (their ids mean nothing here); perf event descriptors are, and are closed (while
+/// they are still ours). Thread accounts and runnable debts are the parent's threads'.
+pub fn forget_in_child() {
+    if let Some(timers) = TIMERS.lock().take() {
+        for (_, armed) in timers.armed {
+            if let Armed::Perf(fd) = armed {
+                perf_event::close(fd);
+            }
+        }
+    }
+    thread_accounts::clear();
+    super::runnable_debts::clear();
+}
+
 /// Checks that `kind` can be used here by arming and disarming the calling thread once.
 pub fn probe(kind: ThreadTimerKind, signal: c_int, period_ns: u64) -> io::Result<()> {
     match kind {
@@ -249,6 +269,42 @@ pub fn on_thread_start(start: Option<&thread_accounts::StartChain>) {
     }
     // SAFETY: a non-null value makes the key's destructor run when this thread exits.
     unsafe { libc::pthread_setspecific(exit_key(), 1 as *const c_void) };
+}
+
+/// For a thread of cpuprof's that starts while profiling runs (a writer that waited for the
+/// program's first thread): the timer the `pthread_create` interposer armed for it, as for any
+/// thread, is deleted, it is never armed again, and a profiling signal already pending for it
+/// (it blocks every signal) is taken off its queue, so it is never counted as a thread that
+/// keeps the signal blocked.
+pub fn leave_calling_thread_unsampled() {
+    let tid = gettid();
+    let signal = {
+        let mut timers = TIMERS.lock();
+        let Some(t) = running(&mut timers) else { return };
+        if let Some(armed) = t.remove_armed(tid) {
+            disarm(armed);
+        }
+        t.excluded.push(tid);
+        t.note_change(tid);
+        t.signal
+    };
+    // The kernel's sigset is 64 bits, not glibc's 1024-bit `sigset_t`.
+    const KERNEL_SIGSET_BYTES: libc::c_long = 8;
+    // SAFETY: rt_sigtimedwait with a zero timeout on local sets; the signal is blocked here.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, signal);
+        let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        while libc::syscall(
+            libc::SYS_rt_sigtimedwait,
+            &set as *const libc::sigset_t,
+            std::ptr::null_mut::<libc::siginfo_t>(),
+            &zero as *const libc::timespec,
+            KERNEL_SIGSET_BYTES,
+        ) == libc::c_long::from(signal)
+        {}
+    }
 }
 
 /// Arms threads that appeared and disarms threads that are gone; re-arms threads whose perf
@@ -398,7 +454,7 @@ impl Timers {
                 Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return,
                 Err(e) if !self.perf_refusal_said => {
                     self.perf_refusal_said = true;
-                    eprintln!("cpuprof: no perf event for thread {tid} ({e}); such threads get POSIX CPU timers");
+                    crate::say!("cpuprof: no perf event for thread {tid} ({e}); such threads get POSIX CPU timers");
                 }
                 Err(_) => {}
             }
@@ -439,7 +495,7 @@ impl Timers {
             .map(|(&tid, _)| tid)
             .collect();
         if !taken.is_empty() && self.perf_fds_taken == 0 {
-            eprintln!(
+            crate::say!(
                 "cpuprof: the program closed {} of cpuprof's perf event descriptors; they are left to it and \
                  the threads are given new timers",
                 taken.len()

@@ -73,6 +73,16 @@ pub fn start(clock: Clock, period_us: u64) -> io::Result<()> {
     Ok(())
 }
 
+/// The timer's lock, held across `fork` (`session::children`).
+pub(crate) fn fork_lock() -> &'static dyn crate::sync::ForkLock {
+    &TIMER
+}
+
+/// In a forked child: POSIX timers are not inherited, so the parent's id means nothing here.
+pub fn forget_in_child() {
+    TIMER.lock().take();
+}
+
 /// Deletes the process timer.
 pub fn stop() {
     if let Some(Armed(id, _)) = TIMER.lock().take() {

@@ -7,6 +7,7 @@ use super::options::WallBeside;
 use super::{global, Options};
 use crate::sampler::signals;
 use crate::sys::fd::{identity, GuardedFd};
+use crate::sys::messages;
 use std::ffi::{c_int, c_void};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::PathBuf;
@@ -55,11 +56,15 @@ pub fn database_from_env(var: impl Fn(&str) -> Option<String>, privileged: bool)
 /// program tree it is inherited by writes its own files into the database.
 pub fn start_from_environment() {
     let var = |k: &str| std::env::var(k).ok();
+    let unnamed_root = var(messages::ROOT_PID_VARIABLE).is_none();
     if let Some(db) = database_from_env(var, is_privileged()) {
+        if unnamed_root {
+            name_root();
+        }
         let mut options = Options::from_env(var);
         options.epochs = Some(EpochOptions::from_env(var));
         if let Err(e) = global::start(&db, options) {
-            eprintln!("cpuprof: {e}; the program continues without profiling");
+            crate::say!("cpuprof: {e}; the program continues without profiling");
         }
         return;
     }
@@ -71,19 +76,32 @@ pub fn start_from_environment() {
     };
     let toggle = var("CPUPROFILESIGNAL");
     // Programs this one execs inherit the environment (and LD_PRELOAD): they must write their
-    // own `_<pid>` file rather than truncate ours.
-    std::env::set_var("CPUPROFILE_USE_PID", "1");
+    // own `_<pid>` file rather than truncate ours, and keep quiet (`sys::messages`).
+    if var("CPUPROFILE_USE_PID").is_none() {
+        // Only when absent: glibc's setenv replaces the entry even with the same value, and
+        // Chromium sets its process titles only over an environment still laid out as the
+        // kernel left it.
+        std::env::set_var("CPUPROFILE_USE_PID", "1");
+    }
+    if unnamed_root {
+        name_root();
+    }
     match toggle {
         Some(sig) => match sig.trim().parse::<c_int>() {
             Ok(signal) => arm_toggle_signal(signal, path, options),
-            Err(_) => eprintln!("cpuprof: CPUPROFILESIGNAL={sig:?} is not a signal number; not profiling"),
+            Err(_) => crate::say!("cpuprof: CPUPROFILESIGNAL={sig:?} is not a signal number; not profiling"),
         },
         None => {
             if let Err(e) = global::start(&path, options) {
-                eprintln!("cpuprof: {e}; the program continues without profiling");
+                crate::say!("cpuprof: {e}; the program continues without profiling");
             }
         }
     }
+}
+
+/// Names this process, for the processes it execs, as the one started under the profiler.
+fn name_root() {
+    std::env::set_var(messages::ROOT_PID_VARIABLE, std::process::id().to_string());
 }
 
 /// The profile to take from `CPUPROFILE` and `CPUPROFILE_WALL`: a CPU profile, a wall-clock
@@ -118,7 +136,7 @@ fn profiles_from_env(var: impl Fn(&str) -> Option<String>, privileged: bool) -> 
 pub fn stop_at_exit() {
     match global::stop_any() {
         Ok(_) | Err(crate::Error::NotRunning) | Err(crate::Error::ForkedChild { .. }) => {}
-        Err(e) => eprintln!("cpuprof: {e}"),
+        Err(e) => crate::say!("cpuprof: {e}"),
     }
 }
 
@@ -130,9 +148,11 @@ static TOGGLE_INO: AtomicU64 = AtomicU64::new(0);
 
 /// Each delivery of `signal` toggles profiling; the n-th profile goes to `path.n`. Start and
 /// stop happen on a dedicated thread, never in the handler, which only writes one byte.
-fn arm_toggle_signal(signal: c_int, path: PathBuf, options: Options) {
+fn arm_toggle_signal(signal: c_int, path: PathBuf, mut options: Options) {
+    // The toggle thread is this process's: a forked child could never stop a profile of its own.
+    options.follow_forks = false;
     let Some((read_end, write_end)) = toggle_pipe() else {
-        eprintln!(
+        crate::say!(
             "cpuprof: cannot create the CPUPROFILESIGNAL pipe: {}",
             std::io::Error::last_os_error()
         );
@@ -145,7 +165,7 @@ fn arm_toggle_signal(signal: c_int, path: PathBuf, options: Options) {
     // The handler may write to it for the rest of the process's life.
     write_end.abandon();
     if let Err(e) = signals::install(signal, on_toggle_signal) {
-        eprintln!("cpuprof: CPUPROFILESIGNAL: {e}; not profiling");
+        crate::say!("cpuprof: CPUPROFILESIGNAL: {e}; not profiling");
         return;
     }
     let builder = std::thread::Builder::new().name("cpuprof-toggle".into());
@@ -154,7 +174,7 @@ fn arm_toggle_signal(signal: c_int, path: PathBuf, options: Options) {
         let mut byte = 0u8;
         loop {
             if !read_end.is_still_ours() {
-                eprintln!(
+                crate::say!(
                     "cpuprof: CPUPROFILESIGNAL: {}; the signal no longer toggles profiling",
                     read_end.taken_error()
                 );
@@ -167,7 +187,7 @@ fn arm_toggle_signal(signal: c_int, path: PathBuf, options: Options) {
                 n if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => continue,
                 _ => {
                     // End of file: the program closed the write end (close_range and the like).
-                    eprintln!("cpuprof: CPUPROFILESIGNAL: the program closed cpuprof's pipe; the signal no longer toggles profiling");
+                    crate::say!("cpuprof: CPUPROFILESIGNAL: the program closed cpuprof's pipe; the signal no longer toggles profiling");
                     return;
                 }
             }
@@ -181,14 +201,20 @@ fn arm_toggle_signal(signal: c_int, path: PathBuf, options: Options) {
                 }
                 next += 1;
                 if let Err(e) = global::start(&file, options) {
-                    eprintln!("cpuprof: {e}");
+                    crate::say!("cpuprof: {e}");
                 }
             }
         }
     });
     if let Err(e) = spawned {
-        eprintln!("cpuprof: cannot start the CPUPROFILESIGNAL thread: {e}");
+        crate::say!("cpuprof: cannot start the CPUPROFILESIGNAL thread: {e}");
     }
+}
+
+/// In a forked child: the toggle thread is the parent's, and a toggle signal delivered here
+/// must not write into the parent's pipe (it would toggle the parent's profile).
+pub fn forget_in_child() {
+    TOGGLE_PIPE.store(-1, Ordering::Release);
 }
 
 /// The toggle pipe's (read, write) ends, at high numbers.

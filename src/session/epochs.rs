@@ -59,7 +59,7 @@ impl EpochOptions {
             match text.trim().parse::<f64>() {
                 Ok(s) if s > 0.0 && s.is_finite() && s < 1e12 => Some(Duration::from_secs_f64(s)),
                 _ => {
-                    eprintln!("cpuprof: {name}={text:?} is not a positive number of seconds; ignored");
+                    crate::say!("cpuprof: {name}={text:?} is not a positive number of seconds; ignored");
                     None
                 }
             }
@@ -70,7 +70,9 @@ impl EpochOptions {
         if let Some(text) = var("CPUPROFILE_DB_MAX_BYTES") {
             match text.trim().parse::<u64>() {
                 Ok(n) if n > 0 => o.max_bytes = Some(n),
-                _ => eprintln!("cpuprof: CPUPROFILE_DB_MAX_BYTES={text:?} is not a positive number of bytes; ignored"),
+                _ => {
+                    crate::say!("cpuprof: CPUPROFILE_DB_MAX_BYTES={text:?} is not a positive number of bytes; ignored")
+                }
             }
         }
         o

@@ -94,6 +94,29 @@ fn stop_keeping_if(owned: impl Fn(Owner) -> bool) -> Result<(Summary, Option<Vec
     }
 }
 
+/// The session's lock, held across `fork` (`children`).
+pub(crate) fn fork_lock() -> &'static dyn crate::sync::ForkLock {
+    &CURRENT
+}
+
+/// In a forked child, where the fork handlers made CURRENT consistent and free: the parent's
+/// session is forgotten (never stopped, written or freed here: it is the parent's), and
+/// `start_child` may start the child's own from it. Only a profile the program owns is
+/// followed: an on-demand one belongs to the parent's HTTP client.
+pub(crate) fn replace_in_forked_child(start_child: impl FnOnce(&Session) -> Option<Session>) {
+    let mut current = CURRENT.lock();
+    let Some((parent, owner)) = current.take() else {
+        return;
+    };
+    let child = if owner == Owner::Program {
+        start_child(&parent)
+    } else {
+        None
+    };
+    std::mem::forget(parent);
+    *current = child.map(|session| (session, Owner::Program));
+}
+
 pub fn flush() -> Result<(), Error> {
     CURRENT.lock().as_ref().ok_or(Error::NotRunning)?.0.flush();
     Ok(())

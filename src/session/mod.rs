@@ -4,6 +4,7 @@
 //! holds it for the front ends.
 
 pub mod autostart;
+pub mod children;
 mod contexts;
 pub mod epochs;
 pub mod global;
@@ -11,6 +12,7 @@ mod mappings;
 pub mod options;
 pub mod process_end;
 mod profile_file;
+pub mod threadless;
 mod timing;
 pub mod wall;
 mod writer;
@@ -18,11 +20,12 @@ mod writer;
 use crate::error::Error;
 use crate::format::{ProfileWriter, SlotFormat};
 use crate::sampler::{self, SampleSource, SamplerState};
+use crate::sync::Mutex;
 use crate::sys::procfs::read_self_maps;
 pub use options::Options;
 use profile_file::ProfileFile;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::SystemTime;
@@ -55,6 +58,14 @@ impl OutputFile {
             contexts: contexts::RecordContexts::new(thread_labels),
             beside: None,
         })
+    }
+
+    /// What the profile needs to be written without a writer thread (its header flushed to
+    /// the file first), or `None` if it cannot be (kept in memory, a write failed).
+    fn threadless(&mut self, path: &Path, max_depth: usize, summary: bool) -> Option<Box<threadless::Threadless>> {
+        self.writer.flush().ok()?;
+        let fd = self.writer.get_ref().descriptor()?;
+        threadless::Threadless::new(path, fd, self.writer.get_ref().bytes_in_file(), max_depth, summary)
     }
 
     /// Creates the file at `path` (not followed if a symbolic link, never blocking; regular
@@ -115,13 +126,163 @@ pub struct Session {
     wall: Option<wall::WallSampler>,
     /// The profiling signal.
     signal: std::ffi::c_int,
+    /// A forked child's profile, started by `children` (it says nothing on stderr, and its
+    /// file goes away at `exec` if it holds no sample).
+    forked_child: bool,
+}
+
+/// How a session begins.
+#[derive(Clone, Copy)]
+enum Origin {
+    /// Started by the program or its environment: it chooses its timer and signal.
+    Program,
+    /// The profile of a child forked from a profiling parent (`children`): the parent's timer
+    /// kind and signal (the handler is installed: dispositions are inherited across fork) and
+    /// its DWARF unwinder (an immutable snapshot of the same memory).
+    ForkedChild {
+        source: SampleSource,
+        signal: std::ffi::c_int,
+    },
+}
+
+/// What the writer thread needs to run.
+struct PendingWriter {
+    state: Arc<SamplerState>,
+    output: writer::Output,
+    control: Arc<WriterControl>,
+    signal: std::ffi::c_int,
+    source: SampleSource,
+    exit_summary: Option<PathBuf>,
+}
+
+impl PendingWriter {
+    fn run(self) -> writer::Finished {
+        writer::run(
+            self.state,
+            self.output,
+            self.control,
+            self.signal,
+            self.source,
+            self.exit_summary,
+        )
+    }
+
+    /// Takes the file over from `threadless` (what it wrote, or the file it completed), then
+    /// runs.
+    fn run_after_threadless(mut self) -> writer::Finished {
+        if let Some(handed) = threadless::hand_over() {
+            if handed.completed {
+                return writer::Finished::completed_elsewhere(handed.file_bytes);
+            }
+            self.output.note_written_elsewhere(handed);
+        }
+        self.run()
+    }
+}
+
+/// The writer of a profile started in a single-threaded process, waiting for the process's
+/// first thread of its own (`threadless`).
+static WAITING_WRITER: Mutex<Option<PendingWriter>> = Mutex::new(None);
+/// Set while a writer waits; taken by the one call that starts it.
+static WRITER_WAITS: AtomicBool = AtomicBool::new(false);
+/// The writer started late, for `stop` to join.
+static LATE_WRITER: Mutex<Option<JoinHandle<writer::Finished>>> = Mutex::new(None);
+
+/// Starts the writer of a profile that began in a single-threaded process, if one waits: the
+/// program is about to start a thread of its own (libcpuprof.so's `pthread_create`), or a
+/// control-plane call needs the writer. Not for signal context.
+pub fn start_waiting_writer() {
+    if !WRITER_WAITS.swap(false, Ordering::SeqCst) {
+        return;
+    }
+    let builder = std::thread::Builder::new().name("cpuprof-writer".into());
+    let spawned = crate::sys::thread::spawn_signal_free(builder, || {
+        sampler::thread_timers::leave_calling_thread_unsampled();
+        match WAITING_WRITER.lock().take() {
+            Some(pending) => pending.run_after_threadless(),
+            None => writer::Finished::completed_elsewhere(0),
+        }
+    });
+    match spawned {
+        Ok(handle) => *LATE_WRITER.lock() = Some(handle),
+        Err(e) => {
+            // The profile goes on being written without a thread.
+            WRITER_WAITS.store(true, Ordering::SeqCst);
+            crate::say!(
+                "cpuprof: cannot start the profile's writer thread ({e}); records are written by the signal handler"
+            );
+        }
+    }
+}
+
+/// The waiting and late writers' locks, held across `fork` (`children`).
+fn fork_locks() -> [&'static dyn crate::sync::ForkLock; 2] {
+    [&WAITING_WRITER, &LATE_WRITER]
+}
+
+/// In a forked child: the parent's waiting writer (its file) and late writer thread are not
+/// the child's. Forgotten, never run, joined or freed here.
+fn forget_writers_in_child() {
+    WRITER_WAITS.store(false, Ordering::SeqCst);
+    std::mem::forget(WAITING_WRITER.lock().take());
+    std::mem::forget(LATE_WRITER.lock().take());
+}
+
+/// Spawns the writer thread now; returns it and its thread id.
+fn spawn_writer(pending: PendingWriter) -> Result<(JoinHandle<writer::Finished>, Option<libc::pid_t>), Error> {
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    // Every signal blocked: the program's signals go to its own threads, and SIGXFSZ from a
+    // profile reaching RLIMIT_FSIZE becomes EFBIG here (all writes happen on this thread, the
+    // final ones included).
+    let builder = std::thread::Builder::new().name("cpuprof-writer".into());
+    let thread = crate::sys::thread::spawn_signal_free(builder, move || {
+        writer::claim_process();
+        let _ = tid_tx.send(sampler::thread_timers::gettid());
+        pending.run()
+    })
+    .map_err(Error::Spawn)?;
+    Ok((thread, tid_rx.recv().ok()))
+}
+
+/// Whether a profile with these options can start without a thread of cpuprof's: a single
+/// file of plain CPU samples, in a single-threaded process whose thread creation libcpuprof.so
+/// sees (so the writer starts with the program's first thread). Wall-clock profiles, databases
+/// and labelled or in-memory profiles need their threads from the start.
+fn can_start_threadless(options: &Options) -> bool {
+    threadless::deferral_enabled()
+        && options.in_memory.is_none()
+        && options.epochs.is_none()
+        && !options.wall
+        && options.wall_beside.is_none()
+        && !options.thread_labels
+        && crate::sys::procfs::self_thread_count() == Some(1)
+}
+
+/// The path children's profiles are named from: `path` without the `_<pid>` of the process
+/// `pid` that writes it (`CPUPROFILE_USE_PID`), made absolute so that a child that changes
+/// directory writes beside its parent.
+fn family_base(path: &Path, pid: u32) -> PathBuf {
+    let text = path.as_os_str().to_string_lossy();
+    let suffix = format!("_{pid}");
+    let base = match text.strip_suffix(&suffix) {
+        Some(base) if !base.is_empty() => PathBuf::from(base),
+        _ => path.to_path_buf(),
+    };
+    std::path::absolute(&base).unwrap_or(base)
 }
 
 impl Session {
     /// Creates the file (in epoch mode, `path` is the database and this creates the first
     /// epoch's), writes the header, and starts sampling.
     pub fn start(path: &Path, options: Options) -> Result<Session, Error> {
-        let (source, signal) = timing::choose(&options)?;
+        Session::start_as(path, options, Origin::Program)
+    }
+
+    fn start_as(path: &Path, options: Options, origin: Origin) -> Result<Session, Error> {
+        let (source, signal) = match origin {
+            Origin::Program => timing::choose(&options)?,
+            Origin::ForkedChild { source, signal } => (source, signal),
+        };
         let wall = options.wall || options.wall_beside.is_some();
         if wall && !matches!(source, SampleSource::ThreadTimers(_)) {
             // A process-wide timer's signal may go to a blocked thread and interrupt its call.
@@ -151,7 +312,7 @@ impl Session {
         // CPU profile the labelled samples are the wall profile's.
         let thread_labels = options.thread_labels && !wall;
         crate::sys::thread_names::want(thread_labels);
-        let output = match &options.epochs {
+        let mut output = match &options.epochs {
             Some(epoch_options) => {
                 let db = epochs::Database::new(path, epoch_options.clone(), options.period_us())
                     .with_thread_labels(thread_labels);
@@ -178,7 +339,14 @@ impl Session {
                 writer::Output::File(out)
             }
         };
-        let state = Arc::new(SamplerState::new(
+        let summary = options.report_on_stderr && crate::sys::messages::speaks();
+        let threadless = match &mut output {
+            writer::Output::File(out) if can_start_threadless(&options) => {
+                out.threadless(path, options.table.max_depth, summary)
+            }
+            _ => None,
+        };
+        let mut state = SamplerState::new(
             options.table,
             options.filter,
             options.unwinder,
@@ -192,32 +360,40 @@ impl Session {
                 None if thread_labels => sampler::Labels::Threads,
                 None => sampler::Labels::None,
             },
-        ));
-        if options.unwinder == sampler::UnwinderChoice::Auto {
+        );
+        if threadless.is_some() {
+            state.call_after_each_sample(threadless::after_sample);
+        }
+        let state = Arc::new(state);
+        if options.unwinder == sampler::UnwinderChoice::Auto && matches!(origin, Origin::Program) {
             sampler::set_dwarf(Some(Box::new(crate::unwind::DwarfUnwinder::build())));
         }
         let control = Arc::new(WriterControl::default());
-        let writer_thread = {
-            let (state, control) = (state.clone(), control.clone());
-            let exit_summary = options.report_on_stderr.then(|| path.to_path_buf());
-            let (tid_tx, tid_rx) = std::sync::mpsc::channel();
-            // Every signal blocked: the program's signals go to its own threads, and SIGXFSZ
-            // from a profile reaching RLIMIT_FSIZE becomes EFBIG here (all writes happen on
-            // this thread, the final ones included).
-            let builder = std::thread::Builder::new().name("cpuprof-writer".into());
-            let thread = crate::sys::thread::spawn_signal_free(builder, move || {
-                let _ = tid_tx.send(sampler::thread_timers::gettid());
-                writer::run(state, output, control, signal, source, exit_summary)
-            })
-            .map_err(Error::Spawn)?;
-            (thread, tid_rx.recv().ok())
+        let pending = PendingWriter {
+            state: state.clone(),
+            output,
+            control: control.clone(),
+            signal,
+            source,
+            exit_summary: summary.then(|| path.to_path_buf()),
         };
-        let (writer_thread, writer_tid) = writer_thread;
+        let (writer_thread, writer_tid) = match threadless {
+            Some(threadless) => {
+                threadless::publish(threadless);
+                *WAITING_WRITER.lock() = Some(pending);
+                WRITER_WAITS.store(true, Ordering::SeqCst);
+                (None, None)
+            }
+            None => {
+                let (thread, tid) = spawn_writer(pending)?;
+                (Some(thread), tid)
+            }
+        };
         crate::unwind::THREAD_STACKS.register_current_thread();
         let reads_memory = match crate::unwind::safe_read::acquire() {
             Ok(()) => true,
             Err(e) => {
-                eprintln!(
+                crate::say!(
                     "cpuprof: cannot open /proc/self/mem ({e}); stacks outside threads' own stacks (signal stacks, coroutines) are not walked"
                 );
                 false
@@ -231,11 +407,12 @@ impl Session {
             options,
             state,
             control,
-            writer: Some(writer_thread),
+            writer: writer_thread,
             source,
             reads_memory,
             wall: None,
             signal,
+            forked_child: matches!(origin, Origin::ForkedChild { .. }),
         };
         let mut excluded: Vec<libc::pid_t> = writer_tid.into_iter().collect();
         let wall_frequency = match &session.options.wall_beside {
@@ -258,6 +435,14 @@ impl Session {
             let _ = session.stop();
             return Err(e);
         }
+        children::install_fork_handlers();
+        if matches!(origin, Origin::Program) && session.options.follow_forks {
+            children::begin_family();
+        }
+        if session.options.in_memory.is_none() {
+            // A process that ends by a signal's default action completes its profile first.
+            sampler::default_actions::hold(process_end::before_signal_end, &[signal]);
+        }
         Ok(session)
     }
 
@@ -275,15 +460,55 @@ impl Session {
 
     /// Writes everything sampled so far to the file (without the trailer).
     pub fn flush(&self) {
-        self.control.flush_and_wait();
+        if threadless::active() {
+            threadless::flush(&self.state);
+        } else {
+            self.control.flush_and_wait();
+        }
     }
 
     /// A complete copy of the profile so far; profiling goes on (not in epoch mode).
     pub fn snapshot(&self) -> Result<Vec<u8>, Error> {
+        start_waiting_writer();
+        if threadless::active() {
+            return Err(Error::Write {
+                path: self.path.clone(),
+                source: std::io::Error::other("no writer thread could be started to take the snapshot"),
+            });
+        }
         self.control.snapshot_and_wait().map_err(|source| Error::Write {
             path: self.path.clone(),
             source,
         })
+    }
+
+    /// Whether this is a forked child's profile (`children`).
+    pub fn is_forked_child(&self) -> bool {
+        self.forked_child
+    }
+
+    /// What a child forked from this process needs to start its own profile: its path
+    /// (`<base>_<pid>`, and the same for a wall profile beside it), and these options.
+    fn child_plan(&self, child_pid: u32) -> (PathBuf, Options, Origin) {
+        let mut options = self.options.clone();
+        let name = |path: &Path| {
+            let mut name = family_base(path, self.pid).into_os_string();
+            name.push(format!("_{child_pid}"));
+            PathBuf::from(name)
+        };
+        if let Some(beside) = &mut options.wall_beside {
+            beside.path = name(&beside.path);
+        }
+        let path = if options.epochs.is_some() {
+            self.path.clone()
+        } else {
+            name(&self.path)
+        };
+        let origin = Origin::ForkedChild {
+            source: self.source,
+            signal: self.signal,
+        };
+        (path, options, origin)
     }
 
     /// Stops sampling, writes the remaining samples, the trailer and the maps, closes the file.
@@ -300,6 +525,7 @@ impl Session {
             std::mem::forget(self);
             return Err(Error::ForkedChild { path });
         }
+        sampler::default_actions::release();
         let wall = self.wall.take().map(wall::WallSampler::stop);
         let stopped = timing::stop(self.source);
         let held_back = threads_with_pending(self.signal);
@@ -316,12 +542,24 @@ impl Session {
         // samples; if a handler was stuck, the state stays leaked and it still writes what it
         // can see), writes the trailer and maps, and closes the file.
         self.control.request_stop();
-        let Some(Ok(finished)) = self.writer.take().map(JoinHandle::join) else {
-            let source = std::io::Error::other("the profile writer thread failed");
-            return Err(Error::Write {
-                path: self.path.clone(),
-                source,
-            });
+        let writer = self.writer.take().or_else(|| {
+            start_waiting_writer();
+            LATE_WRITER.lock().take()
+        });
+        let finished = match writer.map(JoinHandle::join) {
+            Some(Ok(finished)) => finished,
+            // No thread could be started: the file is completed here.
+            None if threadless::complete(&self.state) => {
+                let (bytes, whole) = threadless::file_state();
+                writer::Finished::completed_in_place(bytes, whole)
+            }
+            _ => {
+                let source = std::io::Error::other("the profile writer thread failed");
+                return Err(Error::Write {
+                    path: self.path.clone(),
+                    source,
+                });
+            }
         };
         drop(unpublished);
         crate::sys::thread_names::want(false);
@@ -341,10 +579,13 @@ impl Session {
             lost,
             unsampled_threads: stopped.unsampled_threads,
         };
+        if self.forked_child {
+            children::child_profile_completed();
+        }
         if self.options.report_on_stderr {
             match finished.result {
-                Ok(()) => eprintln!("{}", report.summary_line()),
-                Err(_) => eprintln!("{}", report.incomplete_summary_line()),
+                Ok(()) => crate::say!("{}", report.summary_line()),
+                Err(_) => crate::say!("{}", report.incomplete_summary_line()),
             }
             if let (Some(beside), Some(finished)) = (&self.options.wall_beside, &finished.beside) {
                 let whole = if finished.result.is_ok() {
@@ -352,24 +593,27 @@ impl Session {
                 } else {
                     " (INCOMPLETE: the file does not hold the whole profile)"
                 };
-                eprintln!(
+                crate::say!(
                     "cpuprof: wall-clock profile '{}': {} bytes{whole}",
                     beside.path.display(),
                     finished.bytes
                 );
             }
             if let Some(w) = wall {
-                eprintln!("{}", w.summary_line());
+                crate::say!("{}", w.summary_line());
             }
             if held_back > 0 {
-                eprintln!(
+                crate::say!(
                     "cpuprof: {held_back} threads keep the profiling signal blocked while they run: their CPU time since \
                      their last sample is not in the profile (the signal is kept out of their waits' masks, where it \
                      would interrupt the wait)"
                 );
             }
+            if !self.forked_child && self.options.follow_forks && self.options.in_memory.is_none() {
+                children::say_at_stop(&self.path);
+            }
             if report.unsampled_threads > 0 {
-                eprintln!(
+                crate::say!(
                     "cpuprof: {} threads were not sampled: no timer could be created for them (see the messages above)",
                     report.unsampled_threads
                 );

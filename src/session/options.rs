@@ -58,6 +58,9 @@ pub struct Options {
     pub thread_labels: bool,
     /// Keep the profile in memory, at most this many bytes, instead of writing a file.
     pub in_memory: Option<usize>,
+    /// Children forked from the process get profiles of their own, `<path>_<pid>`
+    /// (`session::children`; `CPUPROFILE_FOLLOW_FORK=0` turns it off).
+    pub follow_forks: bool,
 }
 
 /// The default bound of a profile kept in memory: far above what the call-chain table's
@@ -91,6 +94,7 @@ impl Default for Options {
             wall_beside: None,
             thread_labels: false,
             in_memory: None,
+            follow_forks: true,
         }
     }
 }
@@ -109,13 +113,19 @@ impl Options {
         if var("CPUPROFILE_PER_THREAD_TIMERS").is_some() {
             o.timer = TimerChoice::Thread;
         }
+        if let Some(follow) = var("CPUPROFILE_FOLLOW_FORK") {
+            o.follow_forks = !matches!(
+                follow.trim().to_ascii_lowercase().as_str(),
+                "0" | "no" | "off" | "false"
+            );
+        }
         if let Some(sig) = var("CPUPROFILE_TIMER_SIGNAL") {
             match sig.trim().parse::<c_int>() {
                 Ok(n) if (1..=64).contains(&n) => {
                     o.timer_signal = Some(n);
                     o.timer = TimerChoice::Thread;
                 }
-                _ => eprintln!("cpuprof: CPUPROFILE_TIMER_SIGNAL={sig:?} is not a signal number; ignored"),
+                _ => crate::say!("cpuprof: CPUPROFILE_TIMER_SIGNAL={sig:?} is not a signal number; ignored"),
             }
         }
         if var("CPUPROFILE_THREADS").is_some_and(|v| !matches!(v.trim(), "" | "0")) {
@@ -124,13 +134,13 @@ impl Options {
         if let Some(name) = var("CPUPROFILE_TIMER") {
             match parse_timer(&name) {
                 Some(t) => o.timer = t,
-                None => eprintln!("cpuprof: CPUPROFILE_TIMER={name:?} is not auto, itimer, thread or perf; ignored"),
+                None => crate::say!("cpuprof: CPUPROFILE_TIMER={name:?} is not auto, itimer, thread or perf; ignored"),
             }
         }
         if let Some(n) = var("CPUPROFILE_TABLE_ENTRIES") {
             match n.trim().parse::<usize>() {
                 Ok(n) if (MIN_TABLE_ENTRIES..=MAX_TABLE_ENTRIES).contains(&n) => o.table = o.table.with_entries(n),
-                _ => eprintln!(
+                _ => crate::say!(
                     "cpuprof: CPUPROFILE_TABLE_ENTRIES={n:?} is not a number from {MIN_TABLE_ENTRIES} to \
                      {MAX_TABLE_ENTRIES}; using {}",
                     o.table.buckets * o.table.ways
@@ -140,7 +150,7 @@ impl Options {
         if let Some(name) = var("CPUPROFILE_UNWINDER") {
             match parse_unwinder(&name) {
                 Some(u) => o.unwinder = u,
-                None => eprintln!("cpuprof: CPUPROFILE_UNWINDER={name:?} is not auto, fp or dwarf; using auto"),
+                None => crate::say!("cpuprof: CPUPROFILE_UNWINDER={name:?} is not auto, fp or dwarf; using auto"),
             }
         }
         o

@@ -18,6 +18,7 @@
 //! under LD_PRELOAD profilers anyway).
 
 use super::writer::{self, EndRequest};
+use super::{children, threadless};
 use crate::sampler::{self, thread_timers, timer};
 use std::ffi::c_int;
 use std::time::Duration;
@@ -35,10 +36,28 @@ const LOCK_WAIT: Duration = Duration::from_millis(200);
 /// the file. Nothing happens in a process whose writer is not its own (forked child).
 pub fn before_exit() {
     let errno = save_errno();
-    if writer::request_end(true, END_WAIT) == EndRequest::TimedOut {
-        say(b"cpuprof: the profile could not be completed before the process ended; it holds the records written so far\n");
+    if threadless::active() {
+        // No writer thread (the process never started one): completed here.
+        sampler::with_published_state(|state| {
+            if threadless::complete(state) {
+                threadless::say_summary(state);
+            }
+        });
+        children::child_profile_completed();
+    } else {
+        match writer::request_end(true, END_WAIT) {
+            EndRequest::TimedOut => say(b"cpuprof: the profile could not be completed before the process ended; it holds the records written so far\n"),
+            EndRequest::Served => children::child_profile_completed(),
+            EndRequest::NoWriter => {}
+        }
     }
     restore_errno(errno);
+}
+
+/// Before the process ends by the default action of a signal (`sampler::default_actions`),
+/// in that signal's handler: as [`before_exit`].
+pub fn before_signal_end() {
+    before_exit();
 }
 
 /// What `before_exec` changed, to undo if the exec fails.
@@ -57,7 +76,7 @@ pub struct ExecPrepared {
 pub fn before_exec(exec_pc: u64) -> Option<ExecPrepared> {
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() } as u32;
-    if !writer::runs_in(pid) {
+    if !writer::runs_in(pid) && !threadless::active() {
         return None;
     }
     let errno = save_errno();
@@ -77,7 +96,11 @@ pub fn before_exec(exec_pc: u64) -> Option<ExecPrepared> {
         // SAFETY: restores the caller's mask.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
     }
-    if writer::request_end(false, END_WAIT) == EndRequest::TimedOut {
+    if children::is_profiled_child() {
+        end_child_for_exec();
+    } else if threadless::active() {
+        sampler::with_published_state(threadless::flush);
+    } else if writer::request_end(false, END_WAIT) == EndRequest::TimedOut {
         say(b"cpuprof: the samples before exec could not all be written to the profile\n");
     }
     restore_errno(errno);
@@ -85,6 +108,35 @@ pub fn before_exec(exec_pc: u64) -> Option<ExecPrepared> {
         thread_timer,
         process_timer,
     })
+}
+
+/// A forked child's `exec`: its profile ends here (the new image, under the same pid, writes
+/// its own `<path>_<pid>` if it profiles). A profile without a sample is removed; one with
+/// samples is completed and kept as `<path>_<pid>.pre-exec`. If the exec fails, the child's
+/// profile stays ended.
+fn end_child_for_exec() {
+    let sampled =
+        sampler::with_published_state(|s| s.interrupts.load(std::sync::atomic::Ordering::Relaxed) > 0).unwrap_or(false);
+    if threadless::active() {
+        sampler::with_published_state(threadless::complete);
+    } else if writer::request_end(true, END_WAIT) == EndRequest::TimedOut {
+        say(b"cpuprof: the samples before exec could not all be written to the profile\n");
+    }
+    if sampled {
+        children::child_profile_completed();
+    } else {
+        children::child_replaced_by_exec();
+    }
+    if let Some((path, kept)) = children::profile_paths() {
+        // SAFETY: NUL-terminated paths made when the child's profile started.
+        unsafe {
+            if sampled {
+                libc::rename(path.as_ptr(), kept.as_ptr());
+            } else {
+                libc::unlink(path.as_ptr());
+            }
+        }
+    }
 }
 
 impl ExecPrepared {
@@ -155,8 +207,7 @@ fn restore_errno(errno: c_int) {
 }
 
 /// Writes a message to stderr without Rust's stderr lock (the caller may be a signal handler
-/// that interrupted its holder).
+/// that interrupted its holder), if this process speaks.
 fn say(message: &[u8]) {
-    // SAFETY: writes a live buffer to fd 2.
-    unsafe { libc::write(2, message.as_ptr().cast(), message.len()) };
+    crate::sys::messages::say_bytes(message);
 }

@@ -144,6 +144,22 @@ impl ProfileFile {
         self.written
     }
 
+    /// The descriptor of a file profile (`None` in memory), for the records a single-threaded
+    /// process writes without this object (`session::threadless`): call after a flush.
+    pub fn descriptor(&self) -> Option<std::os::fd::RawFd> {
+        match &self.target {
+            Target::File { fd, .. } => Some(fd.raw()),
+            Target::Memory { .. } => None,
+        }
+    }
+
+    /// Counts `bytes` of whole records that reached the file without this object; `failed`:
+    /// a write of theirs failed, so nothing more may be written.
+    pub fn note_written_elsewhere(&mut self, bytes: u64, failed: bool) {
+        self.written += bytes;
+        self.failed |= failed;
+    }
+
     /// Closes the file (if it is still ours) after checking that it is still reachable:
     /// a file whose directory was deleted while profiling has no links left, and its data is
     /// gone with the last descriptor. A memory profile gives up its bytes (a file, none).
@@ -331,10 +347,7 @@ mod tests {
 
     impl ProfileFile {
         fn raw_fd(&self) -> i32 {
-            match &self.target {
-                Target::File { fd, .. } => fd.raw(),
-                Target::Memory { .. } => panic!("a memory profile has no descriptor"),
-            }
+            self.descriptor().expect("a file profile")
         }
     }
 

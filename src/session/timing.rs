@@ -44,19 +44,19 @@ pub fn choose(options: &Options) -> Result<(SampleSource, c_int), Error> {
                         && signal != libc::SIGPROF
                         && e.raw_os_error() == Some(libc::EINVAL) =>
                 {
-                    eprintln!(
+                    crate::say!(
                         "cpuprof: timer_create refuses signal {signal} ({}); trying a lower one",
                         signals::signal_name(signal)
                     );
                     below = signal;
                     continue 'signals;
                 }
-                Err(e) => eprintln!("cpuprof: {} unavailable ({e}); falling back", describe(kind)),
+                Err(e) => crate::say!("cpuprof: {} unavailable ({e}); falling back", describe(kind)),
             }
         }
         break;
     }
-    eprintln!("cpuprof: using a process-wide CPU timer (at most one sample per kernel tick)");
+    crate::say!("cpuprof: using a process-wide CPU timer (at most one sample per kernel tick)");
     process_timer(Clock::ProcessCpu)
 }
 
@@ -118,7 +118,7 @@ pub fn taken_over(signal: c_int) -> bool {
 /// Stops sampling because the application took the signal over: our handler no longer runs,
 /// so the timers are disarmed now (perf fds closed once no handler of ours is in flight).
 pub fn stop_after_takeover(source: SampleSource, signal: c_int) {
-    eprintln!(
+    crate::say!(
         "cpuprof: the application installed its own handler for signal {signal} ({}); profiling stops here, and \
          the profile keeps the samples taken so far. To profile this program, give cpuprof a signal it leaves \
          alone (CPUPROFILE_TIMER_SIGNAL=N), or use the program's own profiler (Go: runtime/pprof)",

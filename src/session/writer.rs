@@ -24,7 +24,6 @@ use super::timing;
 use super::OutputFile;
 use crate::format::{SampleContext, SignalWeights, SlotFormat, TRAILER};
 use crate::sampler::{self, SampleSource, SamplerState};
-use crate::sync::{Condvar, Mutex};
 use crate::sys::futex;
 use crate::sys::procfs::read_self_maps;
 use crate::unwind::dwarf::loaded_objects_generation;
@@ -124,11 +123,12 @@ fn writer_gone() {
     futex::wake_all(&ENDS_SERVED);
 }
 
-/// Requests from the controlling thread to the writer thread.
+/// Requests from the controlling thread to the writer thread. std's lock and condition
+/// variable: each session has its own, so a forked child never uses the parent's.
 #[derive(Default)]
 pub struct WriterControl {
-    state: Mutex<Requests>,
-    changed: Condvar,
+    state: std::sync::Mutex<Requests>,
+    changed: std::sync::Condvar,
 }
 
 #[derive(Default)]
@@ -143,35 +143,39 @@ struct Requests {
 }
 
 impl WriterControl {
+    fn requests(&self) -> std::sync::MutexGuard<'_, Requests> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub fn request_stop(&self) {
-        self.state.lock().stop = true;
+        self.requests().stop = true;
         self.changed.notify_all();
         wake_writer();
     }
 
     /// Asks for everything sampled so far to reach the file, and waits until it has.
     pub fn flush_and_wait(&self) {
-        let mut s = self.state.lock();
+        let mut s = self.requests();
         s.flush_requested += 1;
         let wanted = s.flush_requested;
         self.changed.notify_all();
         wake_writer();
         while s.flush_done < wanted && !s.stop {
-            self.changed.wait(&mut s);
+            s = self.changed.wait(s).unwrap_or_else(|e| e.into_inner());
         }
     }
 
     /// Flushes, then returns a complete profile of everything sampled so far (the records
     /// written, then a trailer and the maps as they are now); profiling goes on.
     pub fn snapshot_and_wait(&self) -> io::Result<Vec<u8>> {
-        let mut s = self.state.lock();
+        let mut s = self.requests();
         s.flush_requested += 1;
         let wanted = s.flush_requested;
         s.snapshot_requested = wanted;
         self.changed.notify_all();
         wake_writer();
         while s.flush_done < wanted && !s.stop {
-            self.changed.wait(&mut s);
+            s = self.changed.wait(s).unwrap_or_else(|e| e.into_inner());
         }
         match s.snapshot.take() {
             Some(snapshot) if s.flush_done >= wanted => snapshot,
@@ -188,6 +192,41 @@ pub struct Finished {
     pub held: Option<Vec<u8>>,
     /// The wall-clock profile written beside the CPU profile, if any.
     pub beside: Option<Box<Finished>>,
+}
+
+impl Finished {
+    /// The file was completed before the writer thread could start (`session::threadless`).
+    pub fn completed_elsewhere(bytes: u64) -> Finished {
+        Finished::completed_in_place(bytes, true)
+    }
+
+    /// The file was completed in place, holding `bytes`, whole unless a write failed.
+    pub fn completed_in_place(bytes: u64, whole: bool) -> Finished {
+        Finished {
+            bytes,
+            result: if whole {
+                Ok(())
+            } else {
+                Err(io::Error::other("a write to the profile failed"))
+            },
+            held: None,
+            beside: None,
+        }
+    }
+}
+
+/// Makes this process the one whose writer runs, before the writer thread reports its id:
+/// an `_exit` right after the profile starts must find it.
+pub fn claim_process() {
+    WRITER_PID.store(std::process::id(), Ordering::SeqCst);
+}
+
+/// In a forked child: the parent's writer and its requests are not the child's.
+pub fn forget_in_child() {
+    WRITER_PID.store(0, Ordering::SeqCst);
+    EXITING.store(false, Ordering::SeqCst);
+    EXEC_PENDING.store(false, Ordering::SeqCst);
+    ENDS_SERVED.store(ENDS_ASKED.load(Ordering::SeqCst), Ordering::SeqCst);
 }
 
 /// Moves samples to `out` until asked to stop (or the process exits with `_exit`), then writes
@@ -220,14 +259,14 @@ pub fn run(
     loop {
         let woken = WAKE.load(Ordering::SeqCst);
         let idle = {
-            let s = control.state.lock();
+            let s = control.requests();
             !s.stop && s.flush_done == s.flush_requested
         };
         if idle && ENDS_ASKED.load(Ordering::SeqCst) == ENDS_SERVED.load(Ordering::SeqCst) {
             futex::wait(&WAKE, woken, out.wait_at_most(tick, SystemTime::now()));
         }
         let (stop, flush, snapshot) = {
-            let s = control.state.lock();
+            let s = control.requests();
             (s.stop, s.flush_requested, s.snapshot_requested > s.flush_done)
         };
         let ends_asked = ENDS_ASKED.load(Ordering::SeqCst);
@@ -253,13 +292,13 @@ pub fn run(
             _ if memory_descriptor_noted => {}
             Ok(true) => {
                 memory_descriptor_noted = true;
-                eprintln!(
+                crate::say!(
                     "cpuprof: the program closed or replaced cpuprof's /proc/self/mem descriptor; opened it again"
                 );
             }
             Err(e) => {
                 memory_descriptor_noted = true;
-                eprintln!("cpuprof: the program closed cpuprof's /proc/self/mem descriptor and it cannot be opened again ({e}); stacks outside threads' own stacks are no longer walked");
+                crate::say!("cpuprof: the program closed cpuprof's /proc/self/mem descriptor and it cannot be opened again ({e}); stacks outside threads' own stacks are no longer walked");
             }
         }
         sampler::thread_timers::sync_with_tasks();
@@ -274,7 +313,7 @@ pub fn run(
             harvest_interval = (harvest_interval * 2).min(MAX_HARVEST_INTERVAL);
             next_harvest = Instant::now() + harvest_interval;
         }
-        let flushing = flush > control.state.lock().flush_done;
+        let flushing = flush > control.requests().flush_done;
         let ending = ends_asked != ENDS_SERVED.load(Ordering::SeqCst);
         let drained = out.write_pending(&state, due || flushing || ending);
         if ending && EXEC_PENDING.load(Ordering::SeqCst) {
@@ -290,7 +329,7 @@ pub fn run(
         last_drain = Instant::now();
         if flushing {
             let copy = snapshot.then(|| out.snapshot(&state));
-            let mut s = control.state.lock();
+            let mut s = control.requests();
             if copy.is_some() {
                 s.snapshot = copy;
             }
@@ -319,8 +358,7 @@ fn print_exit_summary(state: &SamplerState, finished: &Finished, path: PathBuf) 
         Ok(()) => report.summary_line(),
         Err(_) => report.incomplete_summary_line(),
     } + "\n";
-    // SAFETY: writes a live buffer to stderr; a short write loses part of the line only.
-    unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
+    crate::sys::messages::say_bytes(line.as_bytes());
 }
 
 /// Where samples go: one file, or a database of epoch files.
@@ -370,8 +408,8 @@ impl EpochOutput {
                 "cpuprof: the epoch file '{}' is incomplete or missing: {e}\n",
                 temporary.display()
             );
-            // SAFETY: writes a live buffer to stderr (no lock: see print_exit_summary).
-            unsafe { libc::write(2, message.as_ptr().cast(), message.len()) };
+            // No lock: see print_exit_summary.
+            crate::sys::messages::say_bytes(message.as_bytes());
             self.error.get_or_insert(e);
         }
         self.db.apply_budget(SystemTime::now());
@@ -390,7 +428,7 @@ impl EpochOutput {
             }
             Err(e) => {
                 if !self.open_failing {
-                    eprintln!(
+                    crate::say!(
                         "cpuprof: cannot write an epoch file in '{}': {e}; samples stay in memory (and are counted as lost once it is full) until one can be written",
                         self.db.dir().display()
                     );
@@ -403,6 +441,18 @@ impl EpochOutput {
 }
 
 impl Output {
+    /// Counts what `session::threadless` wrote to the file before this writer took it over.
+    pub(super) fn note_written_elsewhere(&mut self, handed: super::threadless::HandedOver) {
+        if let Output::File(out) = self {
+            out.writer.note_written_elsewhere(handed.records, handed.bytes);
+            out.writer.get_mut().note_written_elsewhere(handed.bytes, handed.failed);
+            if handed.failed {
+                out.error
+                    .get_or_insert(io::Error::other("a write of the signal handler's records failed"));
+            }
+        }
+    }
+
     fn record_mappings(&mut self, maps: &[u8]) {
         let out = match self {
             Output::File(out) => out,

@@ -1,6 +1,6 @@
 //! Waiting on and waking a 32-bit word with `futex(2)`: the only way for code that may run in
 //! a signal handler (the `_exit` and `exec` paths of libcpuprof.so) to wait for the writer
-//! thread, since it can take no lock and `parking_lot`'s wake-ups take internal ones.
+//! thread, since it can take no lock; and the word of cpuprof's own locks (`crate::sync`).
 
 use std::sync::atomic::AtomicU32;
 use std::time::Duration;
@@ -33,6 +33,19 @@ pub fn wake_all(word: &AtomicU32) {
             word.as_ptr(),
             libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
             i32::MAX,
+        )
+    };
+}
+
+/// Wakes one thread waiting on `word`. Async-signal-safe.
+pub fn wake_one(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE on a live, aligned u32.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            1,
         )
     };
 }

@@ -8,6 +8,7 @@
 
 pub mod fd;
 pub mod futex;
+pub mod messages;
 pub mod procfs;
 pub mod syscall_names;
 pub mod thread;

@@ -34,7 +34,7 @@ fn with_cached<R>(slot: &Mutex<Option<Cached>>, path: &str, read: impl FnOnce(Ra
             // (if still ours) does not affect the parent.
             drop(cached.fd);
         } else if !cached.fd.is_still_ours() {
-            eprintln!("cpuprof: {}; reopening {path}", cached.fd.taken_error());
+            crate::say!("cpuprof: {}; reopening {path}", cached.fd.taken_error());
             cached.fd.abandon();
         } else {
             *slot = Some(cached);
@@ -46,6 +46,11 @@ fn with_cached<R>(slot: &Mutex<Option<Cached>>, path: &str, read: impl FnOnce(Ra
         *slot = Some(Cached { fd, pid });
     }
     slot.as_ref().map(|c| read(c.fd.raw()))
+}
+
+/// The cached descriptors' locks, held across `fork` (`session::children`).
+pub(crate) fn fork_locks() -> [&'static dyn crate::sync::ForkLock; 2] {
+    [&MAPS, &TASK]
 }
 
 /// Closes both descriptors (those still ours); the next read opens them again.

@@ -15,6 +15,11 @@ use std::thread::{Builder, JoinHandle};
 /// Thread ids of cpuprof's running threads.
 static OWN: Mutex<Vec<libc::pid_t>> = Mutex::new(Vec::new());
 
+/// The list's lock, held across `fork` (`session::children`).
+pub(crate) fn fork_lock() -> &'static dyn crate::sync::ForkLock {
+    &OWN
+}
+
 /// The thread ids of cpuprof's own threads now (not for signal context: it locks).
 pub fn own_tids() -> Vec<libc::pid_t> {
     OWN.lock().clone()

@@ -5,14 +5,24 @@
 //! still running. Thread ids are reused only after the thread is gone; a profile names a
 //! reused id by its latest thread.
 
+use crate::sync::{Mutex, MutexGuard};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
 
 static NAMES: Mutex<BTreeMap<u32, Vec<u8>>> = Mutex::new(BTreeMap::new());
 /// Whether the running profile's samples name threads: the hooks on thread exit and on the
 /// task poll read names only then.
 static WANTED: AtomicBool = AtomicBool::new(false);
+
+/// The names' lock, held across `fork` (`session::children`).
+pub(crate) fn fork_lock() -> &'static dyn crate::sync::ForkLock {
+    &NAMES
+}
+
+/// In a forked child: the names are the parent's threads'.
+pub fn forget_in_child() {
+    lock().clear();
+}
 
 /// Names are wanted (a profile with thread labels runs) or not.
 pub fn want(on: bool) {
@@ -63,8 +73,8 @@ fn remember(tid: u32, name: Vec<u8>) {
     lock().insert(tid, name);
 }
 
-fn lock() -> std::sync::MutexGuard<'static, BTreeMap<u32, Vec<u8>>> {
-    NAMES.lock().unwrap_or_else(|e| e.into_inner())
+fn lock() -> MutexGuard<'static, BTreeMap<u32, Vec<u8>>> {
+    NAMES.lock()
 }
 
 #[cfg(test)]

@@ -122,7 +122,7 @@ impl CallChainTable {
             row_len: max_depth + 1,
             ways,
             bucket_mask: buckets as u64 - 1,
-            ring: EvictionRing::new(ring_slots),
+            ring: EvictionRing::new(ring_slots, max_depth),
             stats: TableStats::default(),
         }
     }
@@ -223,25 +223,50 @@ impl CallChainTable {
         self.ring.drain(f)
     }
 
+    /// [`drain_evicted`](Self::drain_evicted) into `scratch` (at least
+    /// [`max_depth`](Self::max_depth) long), without the consumer's lock: async-signal-safe.
+    ///
+    /// # Safety
+    /// No other consumer drains the ring at the same time (the caller has the ring to itself:
+    /// see `session::threadless`).
+    pub unsafe fn drain_evicted_exclusive(&self, scratch: &mut [u64], f: impl FnMut(u64, &[u64])) {
+        // SAFETY: the caller's promise.
+        unsafe { self.ring.drain_exclusive(scratch, f) }
+    }
+
+    /// Slots of the eviction ring in use (records waiting for the writer). Async-signal-safe.
+    pub fn ring_used_slots(&self) -> usize {
+        self.ring.used_slots()
+    }
+
     /// Takes the counts accumulated in the table, handing each non-zero `(count, pcs)` to `f`.
     /// Chains stay in place with count 0, so a hot chain keeps its entry. Safe to run while
     /// handlers record; not for signal context.
-    pub fn harvest(&self, mut f: impl FnMut(u64, &[u64])) {
-        let mut chain = Vec::with_capacity(self.max_depth());
+    pub fn harvest(&self, f: impl FnMut(u64, &[u64])) {
+        let mut chain = vec![0; self.max_depth()];
+        self.harvest_with(&mut chain, f);
+    }
+
+    /// [`harvest`](Self::harvest) through `scratch` (at least [`max_depth`](Self::max_depth)
+    /// long): async-signal-safe, for a process that has no writer thread yet.
+    pub fn harvest_with(&self, scratch: &mut [u64], mut f: impl FnMut(u64, &[u64])) {
         for i in 0..self.words.len() {
             loop {
                 let word = self.words[i].load(Ordering::Acquire);
                 if word & STATE_MASK != READY || word_count(word) == 0 {
                     break;
                 }
-                chain.clear();
-                chain.extend(self.row_pcs(i).iter().map(|pc| pc.load(Ordering::Relaxed)));
+                let row = self.row_pcs(i);
+                let n = row.len().min(scratch.len());
+                for (dst, pc) in scratch.iter_mut().zip(row) {
+                    *dst = pc.load(Ordering::Relaxed);
+                }
                 let emptied = word & !(COUNT_MAX << COUNT_SHIFT);
                 if self.words[i]
                     .compare_exchange(word, emptied, Ordering::AcqRel, Ordering::Relaxed)
                     .is_ok()
                 {
-                    f(word_count(word), &chain);
+                    f(word_count(word), &scratch[..n]);
                     break;
                 }
             }
@@ -398,13 +423,13 @@ mod tests {
     #[test]
     fn many_threads_at_once_lose_and_double_nothing() {
         let t = Arc::new(small(64, 4, 1 << 14));
-        let drained = Arc::new(parking_lot::Mutex::new(HashMap::<Vec<u64>, u64>::new()));
+        let drained = Arc::new(std::sync::Mutex::new(HashMap::<Vec<u64>, u64>::new()));
         let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let drainer = {
             let (t, drained, done) = (t.clone(), drained.clone(), done.clone());
             std::thread::spawn(move || {
                 while !done.load(Ordering::Acquire) {
-                    let mut d = drained.lock();
+                    let mut d = drained.lock().unwrap();
                     t.drain_evicted(|c, p| *d.entry(p.to_vec()).or_insert(0) += c);
                     t.harvest(|c, p| *d.entry(p.to_vec()).or_insert(0) += c);
                 }
@@ -441,7 +466,7 @@ mod tests {
         }
         done.store(true, Ordering::Release);
         drainer.join().unwrap();
-        let mut got = std::mem::take(&mut *drained.lock());
+        let mut got = std::mem::take(&mut *drained.lock().unwrap());
         for (k, v) in contents(&t) {
             *got.entry(k).or_insert(0) += v;
         }

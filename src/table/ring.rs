@@ -17,13 +17,17 @@ pub struct EvictionRing {
     mask: u64,
     reserved: AtomicU64,
     consumed: AtomicU64,
-    /// Serialises consumers (the writer thread, and `stop` after it has joined).
+    /// Serialises consumers (the writer thread, and `stop` after it has joined), with their
+    /// scratch row.
     consumer: Mutex<Vec<u64>>,
+    /// The longest chain a record holds.
+    max_pcs: usize,
 }
 
 impl EvictionRing {
-    /// A ring of `capacity_slots` rounded up to a power of two.
-    pub fn new(capacity_slots: usize) -> Self {
+    /// A ring of `capacity_slots` rounded up to a power of two, for chains of at most
+    /// `max_pcs`.
+    pub fn new(capacity_slots: usize, max_pcs: usize) -> Self {
         let cap = capacity_slots.next_power_of_two().max(64);
         EvictionRing {
             slots: zeroed_atomics(cap),
@@ -31,6 +35,7 @@ impl EvictionRing {
             reserved: AtomicU64::new(0),
             consumed: AtomicU64::new(0),
             consumer: Mutex::new(Vec::new()),
+            max_pcs,
         }
     }
 
@@ -70,8 +75,19 @@ impl EvictionRing {
     }
 
     /// Hands every published record to `f` as `(count, pcs)`, in order, and frees its space.
-    pub fn drain(&self, mut f: impl FnMut(u64, &[u64])) {
+    pub fn drain(&self, f: impl FnMut(u64, &[u64])) {
         let mut scratch = self.consumer.lock();
+        scratch.resize(self.max_pcs, 0);
+        // SAFETY: the consumer lock makes this the only consumer.
+        unsafe { self.drain_exclusive(&mut scratch, f) }
+    }
+
+    /// [`drain`](Self::drain) without the consumer lock, through the caller's `scratch`
+    /// (records longer than it are cut). Async-signal-safe.
+    ///
+    /// # Safety
+    /// No other consumer runs at the same time.
+    pub unsafe fn drain_exclusive(&self, scratch: &mut [u64], mut f: impl FnMut(u64, &[u64])) {
         let mut pos = self.consumed.load(Ordering::Relaxed);
         loop {
             let header = self.slot(pos).load(Ordering::Acquire);
@@ -79,16 +95,24 @@ impl EvictionRing {
                 break;
             }
             let len = header >> 1;
-            scratch.clear();
-            scratch.extend((2..len).map(|i| self.slot(pos + i).load(Ordering::Relaxed)));
+            let pcs = (len.saturating_sub(2) as usize).min(scratch.len());
+            for (i, dst) in scratch[..pcs].iter_mut().enumerate() {
+                *dst = self.slot(pos + 2 + i as u64).load(Ordering::Relaxed);
+            }
             let count = self.slot(pos + 1).load(Ordering::Relaxed);
             for i in 0..len {
                 self.slot(pos + i).store(0, Ordering::Relaxed);
             }
             pos += len;
             self.consumed.store(pos, Ordering::Release);
-            f(count, &scratch);
+            f(count, &scratch[..pcs]);
         }
+    }
+
+    /// Slots reserved and not yet consumed. Async-signal-safe.
+    pub fn used_slots(&self) -> usize {
+        let reserved = self.reserved.load(Ordering::Relaxed);
+        reserved.saturating_sub(self.consumed.load(Ordering::Relaxed)) as usize
     }
 
     fn slot(&self, index: u64) -> &AtomicU64 {
@@ -107,7 +131,7 @@ mod tests {
 
     #[test]
     fn records_come_out_in_order_and_space_is_reused() {
-        let ring = EvictionRing::new(64);
+        let ring = EvictionRing::new(64, 62);
         for round in 0..100u64 {
             assert!(ring.push(round, &atomics(&[1, 2, round])));
             assert!(ring.push(7, &atomics(&[9])));
@@ -122,7 +146,7 @@ mod tests {
     /// test found `start + len - consumed` underflowing.
     #[test]
     fn producers_with_a_stale_start_neither_overflow_nor_give_up_on_room() {
-        let ring = Arc::new(EvictionRing::new(64));
+        let ring = Arc::new(EvictionRing::new(64, 62));
         let pushed = Arc::new(AtomicU64::new(0));
         let producers: Vec<_> = (0..3)
             .map(|_| {
@@ -149,7 +173,7 @@ mod tests {
 
     #[test]
     fn a_full_ring_refuses_instead_of_overwriting() {
-        let ring = EvictionRing::new(64);
+        let ring = EvictionRing::new(64, 62);
         let pcs = atomics(&[1; 14]); // 16 slots a record
         for _ in 0..4 {
             assert!(ring.push(1, &pcs));
@@ -163,7 +187,7 @@ mod tests {
 
     #[test]
     fn concurrent_producers_lose_nothing_they_were_told_was_stored() {
-        let ring = Arc::new(EvictionRing::new(1 << 12));
+        let ring = Arc::new(EvictionRing::new(1 << 12, 1 << 12));
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let producers: Vec<_> = (0..4u64)
             .map(|t| {

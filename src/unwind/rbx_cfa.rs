@@ -55,6 +55,11 @@ type ObjectKey = (String, u64, u64, usize);
 /// rebuilds 7 times).
 static SEEN: Mutex<Vec<(ObjectKey, Option<Arc<ModuleRows>>)>> = Mutex::new(Vec::new());
 
+/// The cache's lock, held across `fork` (`session::children`).
+pub(crate) fn fork_lock() -> &'static dyn crate::sync::ForkLock {
+    &SEEN
+}
+
 struct ModuleRows {
     text: Range<u64>,
     /// Sorted by `start`, not overlapping.

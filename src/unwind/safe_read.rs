@@ -111,6 +111,11 @@ pub fn keep_open() -> std::io::Result<()> {
     reopen(&mut opened).map(drop)
 }
 
+/// The descriptor's lock, held across `fork` (`session::children`).
+pub(crate) fn fork_lock() -> &'static dyn crate::sync::ForkLock {
+    &OPENED
+}
+
 /// In a forked child (a `pthread_atfork` child handler): replaces the inherited descriptor,
 /// which reads the parent's memory, with one of the child's own. Without the lock (a parent
 /// thread held it at the fork) unvouched memory is not read until the child's next `acquire`.

@@ -56,6 +56,11 @@ impl ThreadStacks {
         }
     }
 
+    /// The writer-side lock, held across `fork` (`session::children`).
+    pub(crate) fn fork_lock(&'static self) -> &'static dyn crate::sync::ForkLock {
+        &self.unresolved
+    }
+
     /// The top of the memory vouched for above `sp` on the thread `tp`, if known.
     /// Async-signal-safe.
     pub fn vouched_top(&self, tp: u64, sp: u64) -> Option<u64> {

@@ -1,0 +1,488 @@
+//! A profile taken in a process that has no thread of cpuprof's.
+//!
+//! Some programs must stay single-threaded for a while: Chromium's zygote checks that
+//! `/proc/self/task` holds one thread before it engages its sandbox (and crashes itself if
+//! not), `unshare(CLONE_NEWUSER)` refuses a multi-threaded caller (so `unshare -r`, bwrap and
+//! container runtimes would fail), and a prefork server's workers are single-threaded event
+//! loops. So libcpuprof.so adds no thread to a process that has one: a file profile started in
+//! a single-threaded process (at load, in a forked child) keeps its writer thread waiting
+//! until the program starts a thread of its own (the `pthread_create` interposer) or a
+//! control-plane call needs it (stop, snapshot). Meanwhile the table works as always, and what
+//! the writer would do is done here, with only async-signal-safe code and memory set aside at
+//! start:
+//! * the signal handler writes the evicted records to the file when the ring is half full
+//!   ([`after_sample`]), so a long single-threaded run loses nothing;
+//! * `ProfilerFlush` writes the records and the table's counts in place;
+//! * `_exit` and `exec`, which may run in a signal handler, complete the file in place
+//!   ([`complete`]): records, trailer, `/proc/self/maps` streamed, the signal-weights line.
+//!   Without build-id lines (reading them allocates): readers then check binaries by inode.
+//!   `exit` and `ProfilerStop` start the writer, which completes the file as usual.
+//!
+//! Not done until the writer starts: the periodic harvest of the table's counts (a process
+//! killed by SIGKILL loses them), arming threads started by raw `clone` (which never pass the
+//! interposer), and noticing that the program took the profiling signal over (noticed at stop).
+//!
+//! Exactly one party writes the file at a time: [`OWNER`] is taken with a CAS by a handler's
+//! drain, an in-place completion or flush, or the hand-over to the writer thread; a handler
+//! that finds it taken leaves the ring alone (the taker writes it).
+
+use crate::format::writer::{encode_record, record_size};
+use crate::format::{SignalWeights, SlotFormat, TRAILER};
+use crate::sampler::SamplerState;
+use crate::sys::fd::identity;
+use std::cell::UnsafeCell;
+use std::ffi::{c_int, CString};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+
+/// Bytes of records gathered before one `write`.
+const BUFFER: usize = 1 << 16;
+
+/// Nobody writes the file.
+const FREE: u32 = 0;
+/// A handler, a flush or a completion is writing it.
+const BUSY: u32 = 1;
+/// The writer thread has it, or it was completed in place: nobody here writes it again.
+const GONE: u32 = 2;
+
+/// What the threadless path needs, set aside when the profile starts.
+pub struct Threadless {
+    pid: u32,
+    fd: c_int,
+    identity: (u64, u64),
+    format: SlotFormat,
+    /// The profile's path, to remove or rename it before an `exec` (forked children).
+    path: CString,
+    buffer: UnsafeCell<Box<[u8]>>,
+    scratch: UnsafeCell<Box<[u64]>>,
+    /// Bytes in the file, header included: whole records only.
+    file_bytes: AtomicU64,
+    /// Records and bytes written here.
+    records: AtomicU64,
+    bytes: AtomicU64,
+    /// Samples lost here (a write refused): counted into the table's lost samples too.
+    failed: AtomicBool,
+    /// Whether the file was completed here (trailer and maps written).
+    completed: AtomicBool,
+    /// Whether the `PROFILE:` line is printed when the file is completed here at `_exit`.
+    summary: bool,
+    /// Bytes of the header, after which a placeholder trailer and maps were written (see
+    /// [`publish`]), or 0 once records replaced them.
+    placeholder_after: AtomicU64,
+}
+
+// SAFETY: the cells are used only by the holder of OWNER.
+unsafe impl Sync for Threadless {}
+unsafe impl Send for Threadless {}
+
+static CURRENT: AtomicPtr<Threadless> = AtomicPtr::new(std::ptr::null_mut());
+static OWNER: AtomicU32 = AtomicU32::new(GONE);
+/// Whether the program's thread creation is seen (libcpuprof.so interposes `pthread_create`),
+/// so a waiting writer is started with the program's first thread.
+static DEFERRAL: AtomicBool = AtomicBool::new(false);
+
+/// Called by libcpuprof.so, whose `pthread_create` starts a waiting writer
+/// (`session::start_waiting_writer`): profiles may then start without a thread.
+pub fn enable_deferral() {
+    DEFERRAL.store(true, Ordering::SeqCst);
+}
+
+/// Whether profiles may start without a thread (see [`enable_deferral`]).
+pub fn deferral_enabled() -> bool {
+    DEFERRAL.load(Ordering::SeqCst)
+}
+
+/// What the threadless path wrote before the writer thread took the file over.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HandedOver {
+    pub records: u64,
+    pub bytes: u64,
+    /// A write failed: the file holds the records up to it, and nothing more may be written.
+    pub failed: bool,
+    /// The file was completed in place: the writer has nothing to write.
+    pub completed: bool,
+    /// Bytes in the file.
+    pub file_bytes: u64,
+}
+
+impl Threadless {
+    /// For the profile at `path`, open as `fd` (its header written: `file_bytes`), of chains
+    /// up to `max_depth`; `summary`: print the `PROFILE:` line if it is completed at `_exit`.
+    pub fn new(
+        path: &std::path::Path,
+        fd: c_int,
+        file_bytes: u64,
+        max_depth: usize,
+        summary: bool,
+    ) -> Option<Box<Threadless>> {
+        use std::os::unix::ffi::OsStrExt;
+        Some(Box::new(Threadless {
+            pid: std::process::id(),
+            fd,
+            identity: identity(fd)?,
+            format: SlotFormat::NATIVE,
+            path: CString::new(path.as_os_str().as_bytes()).ok()?,
+            buffer: UnsafeCell::new(vec![0; BUFFER].into_boxed_slice()),
+            scratch: UnsafeCell::new(vec![0; max_depth.max(1)].into_boxed_slice()),
+            file_bytes: AtomicU64::new(file_bytes),
+            records: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            failed: AtomicBool::new(false),
+            completed: AtomicBool::new(false),
+            summary,
+            placeholder_after: AtomicU64::new(0),
+        }))
+    }
+}
+
+/// Makes `threadless` the way the running profile is written until its writer starts.
+///
+/// The file is first made a complete, empty profile: the trailer and the maps follow the
+/// header, and the first records written replace them (the file is cut back to the header).
+/// So a process that ends before writing anything, in a way nothing sees (a raw `exit_group`
+/// system call, `SIGKILL`: a forked child that only forks again and exits, as daemons and
+/// Chromium's launcher do), leaves a valid profile rather than a bare header.
+pub fn publish(threadless: Box<Threadless>) {
+    let header = threadless.file_bytes.load(Ordering::SeqCst);
+    if threadless.write_trailer_with(SignalWeights::default()) {
+        threadless.placeholder_after.store(header, Ordering::SeqCst);
+    }
+    let old = CURRENT.swap(Box::into_raw(threadless), Ordering::SeqCst);
+    debug_assert!(old.is_null());
+    OWNER.store(FREE, Ordering::SeqCst);
+}
+
+/// Whether this process's profile is written here (it has no writer thread). Async-signal-safe.
+pub fn active() -> bool {
+    // SAFETY: a published Threadless is freed only after handlers are done with it (`hand_over`).
+    unsafe { CURRENT.load(Ordering::SeqCst).as_ref() }.is_some_and(|t| t.pid == own_pid())
+        && OWNER.load(Ordering::SeqCst) != GONE
+}
+
+/// Called by the signal handler after each sample: writes the evicted records once the ring
+/// is half full. Async-signal-safe.
+pub fn after_sample(state: &SamplerState) {
+    if CURRENT.load(Ordering::Relaxed).is_null() {
+        return;
+    }
+    if state.table.ring_used_slots() * 2 < state.table.ring_capacity_slots() {
+        return;
+    }
+    with_file(|t| t.write_records(state, false));
+}
+
+/// Writes the evicted records and the table's counts to the file now (`ProfilerFlush`).
+/// Returns false when the profile is not written here. Async-signal-safe.
+pub fn flush(state: &SamplerState) -> bool {
+    with_file(|t| t.write_records(state, true)).is_some()
+}
+
+/// Completes the file in place (records, trailer, maps, signal weights) before `_exit` or a
+/// forked child's `exec`; nothing is written here afterwards. Returns false when the profile is
+/// not written here. Async-signal-safe.
+pub fn complete(state: &SamplerState) -> bool {
+    let done = with_file(|t| {
+        t.write_records(state, true);
+        t.write_trailer(state);
+        t.completed.store(true, Ordering::SeqCst);
+    });
+    if done.is_some() {
+        OWNER.store(GONE, Ordering::SeqCst);
+    }
+    done.is_some()
+}
+
+/// The bytes in the file written here and whether it holds the whole profile (no write
+/// failed), for a profile completed in place.
+pub fn file_state() -> (u64, bool) {
+    // SAFETY: see `active`.
+    unsafe { CURRENT.load(Ordering::SeqCst).as_ref() }.map_or((0, false), |t| {
+        (t.file_bytes.load(Ordering::SeqCst), !t.failed.load(Ordering::SeqCst))
+    })
+}
+
+/// Prints gperftools' `PROFILE:` line for a profile completed here at `_exit`, if it is to be
+/// printed. Async-signal-safe.
+pub fn say_summary(state: &SamplerState) {
+    // SAFETY: see `active`.
+    let Some(t) = (unsafe { CURRENT.load(Ordering::SeqCst).as_ref() }) else {
+        return;
+    };
+    if !t.summary || t.pid != own_pid() {
+        return;
+    }
+    let stats = &state.table.stats;
+    let mut line = crate::sys::messages::FixedLine::default();
+    line.text(b"PROFILE: interrupts/evictions/bytes = ")
+        .number(state.interrupts.load(Ordering::Relaxed))
+        .text(b"/")
+        .number(stats.evictions.load(Ordering::Relaxed))
+        .text(b"/")
+        .number(t.file_bytes.load(Ordering::SeqCst))
+        .text(b" (lost samples: ")
+        .number(stats.lost.load(Ordering::Relaxed));
+    if t.failed.load(Ordering::SeqCst) {
+        line.text(b"; INCOMPLETE: the file does not hold the whole profile");
+    }
+    line.text(b")\n");
+    crate::sys::messages::say_bytes(line.as_bytes());
+}
+
+/// The path of the file written here, for a forked child to remove or rename it at `exec`.
+/// Async-signal-safe.
+pub fn path() -> Option<&'static CString> {
+    // SAFETY: see `active`; the caller is the process's only user at exec.
+    unsafe { CURRENT.load(Ordering::SeqCst).as_ref() }
+        .filter(|t| t.pid == own_pid())
+        .map(|t| &t.path)
+}
+
+/// Hands the file to the writer thread about to start: no handler writes it after this
+/// returns. Returns what was written here, or `None` when nothing is written here. Not for
+/// signal context: it waits for a handler that is writing, and for handlers to leave.
+pub fn hand_over() -> Option<HandedOver> {
+    let ptr = CURRENT.load(Ordering::SeqCst);
+    if ptr.is_null() {
+        return None;
+    }
+    // A handler or flush writing now finishes first (it takes ~a millisecond at most).
+    loop {
+        match OWNER.compare_exchange(FREE, GONE, Ordering::SeqCst, Ordering::SeqCst) {
+            Ok(_) | Err(GONE) => break,
+            Err(_) => std::thread::yield_now(),
+        }
+    }
+    CURRENT.store(std::ptr::null_mut(), Ordering::SeqCst);
+    // SAFETY: `ptr` came from Box::into_raw in `publish`; unpublished above.
+    let t = unsafe { &*ptr };
+    // The writer appends records at the descriptor's offset: the placeholder goes first.
+    t.drop_placeholder();
+    let handed = HandedOver {
+        records: t.records.load(Ordering::SeqCst),
+        bytes: t.bytes.load(Ordering::SeqCst),
+        failed: t.failed.load(Ordering::SeqCst),
+        completed: t.completed.load(Ordering::SeqCst),
+        file_bytes: t.file_bytes.load(Ordering::SeqCst),
+    };
+    if crate::sampler::wait_for_handlers() {
+        // SAFETY: no handler can still hold the pointer.
+        drop(unsafe { Box::from_raw(ptr) });
+    }
+    Some(handed)
+}
+
+/// In a forked child: the parent's threadless state (its file, its buffers) is not the
+/// child's. Forgotten, never written or freed here.
+pub fn forget_in_child() {
+    CURRENT.store(std::ptr::null_mut(), Ordering::SeqCst);
+    OWNER.store(GONE, Ordering::SeqCst);
+}
+
+/// Runs `f` on the published state with the file to itself, if it is this process's and free.
+fn with_file<R>(f: impl FnOnce(&Threadless) -> R) -> Option<R> {
+    // SAFETY: see `active`.
+    let t = unsafe { CURRENT.load(Ordering::SeqCst).as_ref() }?;
+    if t.pid != own_pid() {
+        return None;
+    }
+    OWNER
+        .compare_exchange(FREE, BUSY, Ordering::SeqCst, Ordering::Relaxed)
+        .ok()?;
+    let result = f(t);
+    // Completion leaves it GONE.
+    let _ = OWNER.compare_exchange(BUSY, FREE, Ordering::SeqCst, Ordering::Relaxed);
+    Some(result)
+}
+
+fn own_pid() -> u32 {
+    // SAFETY: getpid has no preconditions (not cached by glibc: right in a forked child).
+    unsafe { libc::getpid() as u32 }
+}
+
+impl Threadless {
+    /// Writes the ring's records (and with `harvest` the table's counts). The caller holds
+    /// OWNER.
+    fn write_records(&self, state: &SamplerState, harvest: bool) {
+        // SAFETY: OWNER gives the caller the cells and the ring's consumer side.
+        let (buffer, scratch) = unsafe { (&mut *self.buffer.get(), &mut *self.scratch.get()) };
+        let mut batch = Batch {
+            file: self,
+            buffer,
+            used: 0,
+            lost: 0,
+        };
+        // SAFETY: OWNER makes this the ring's only consumer (no writer thread exists).
+        unsafe {
+            state
+                .table
+                .drain_evicted_exclusive(scratch, |count, pcs| batch.put(count, pcs))
+        };
+        if harvest {
+            state.table.harvest_with(scratch, |count, pcs| batch.put(count, pcs));
+        }
+        batch.write();
+        if batch.lost > 0 {
+            state.table.count_lost(batch.lost);
+        }
+    }
+
+    /// Writes whole records (`records` of them holding `samples`). Returns the samples lost:
+    /// all of them if the write is refused.
+    fn write_buffer(&self, bytes: &[u8], (records, samples): (u64, u64)) -> u64 {
+        if bytes.is_empty() {
+            return 0;
+        }
+        if self.failed.load(Ordering::Relaxed) || !self.write_whole(bytes) {
+            return samples;
+        }
+        self.records.fetch_add(records, Ordering::SeqCst);
+        self.bytes.fetch_add(bytes.len() as u64, Ordering::SeqCst);
+        0
+    }
+
+    /// Cuts the placeholder trailer and maps off the file, if they are still there, and puts
+    /// the descriptor's offset back at the end of the header.
+    fn drop_placeholder(&self) {
+        let header = self.placeholder_after.swap(0, Ordering::SeqCst);
+        if header > 0 && identity(self.fd) == Some(self.identity) {
+            // SAFETY: shrinking our own (just checked) file back to its header.
+            unsafe {
+                libc::ftruncate(self.fd, header as libc::off_t);
+                libc::lseek(self.fd, header as libc::off_t, libc::SEEK_SET);
+            }
+            self.file_bytes.store(header, Ordering::SeqCst);
+        }
+    }
+
+    /// Writes `bytes` at the end of the file; on any failure cuts the file back to what it held
+    /// (whole records), marks the profile failed, and returns false.
+    fn write_whole(&self, bytes: &[u8]) -> bool {
+        self.drop_placeholder();
+        let before = self.file_bytes.load(Ordering::SeqCst);
+        if identity(self.fd) != Some(self.identity) || would_pass_size_limit(before + bytes.len() as u64) {
+            self.failed.store(true, Ordering::SeqCst);
+            return false;
+        }
+        let mut done = 0;
+        while done < bytes.len() {
+            let rest = &bytes[done..];
+            // SAFETY: writes a live slice to our own (just checked) descriptor.
+            let n = unsafe { libc::write(self.fd, rest.as_ptr().cast(), rest.len()) };
+            if n > 0 {
+                done += n as usize;
+                continue;
+            }
+            // SAFETY: the calling thread's errno.
+            if n < 0 && unsafe { *libc::__errno_location() } == libc::EINTR {
+                continue;
+            }
+            // SAFETY: shrinking our own file back to its whole records.
+            unsafe { libc::ftruncate(self.fd, before as libc::off_t) };
+            self.failed.store(true, Ordering::SeqCst);
+            return false;
+        }
+        self.file_bytes.store(before + bytes.len() as u64, Ordering::SeqCst);
+        true
+    }
+
+    /// The trailer, `/proc/self/maps` as it is now, and the signal-weights line.
+    fn write_trailer(&self, state: &SamplerState) {
+        self.write_trailer_with(state.signal_weights());
+    }
+
+    /// [`write_trailer`](Self::write_trailer) with `weights`; returns whether all was written.
+    /// The caller has the buffer to itself (it holds OWNER, or has not published `self`).
+    fn write_trailer_with(&self, weights: SignalWeights) -> bool {
+        if self.failed.load(Ordering::Relaxed) {
+            return false;
+        }
+        // SAFETY: OWNER gives the caller the buffer.
+        let buffer = unsafe { &mut *self.buffer.get() };
+        let mut used = 0;
+        for slot in TRAILER {
+            self.format.put_into(slot, &mut buffer[used..]);
+            used += self.format.size;
+        }
+        if !self.write_whole(&buffer[..used]) {
+            return false;
+        }
+        // SAFETY: open with a constant NUL-terminated path.
+        let maps = unsafe { libc::open(c"/proc/self/maps".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        if maps >= 0 {
+            loop {
+                // SAFETY: reads into our own buffer.
+                let n = unsafe { libc::read(maps, buffer.as_mut_ptr().cast(), buffer.len()) };
+                // SAFETY: the calling thread's errno.
+                if n < 0 && unsafe { *libc::__errno_location() } == libc::EINTR {
+                    continue;
+                }
+                if n <= 0 || !self.write_whole(&buffer[..n as usize]) {
+                    break;
+                }
+            }
+            // SAFETY: our own descriptor, opened above.
+            unsafe { libc::close(maps) };
+        }
+        let mut line = [0; crate::format::signal_weights::LINE_BYTES];
+        let n = weights.write_line(&mut line);
+        self.write_whole(&line[..n])
+    }
+}
+
+/// Records gathered in the buffer, written when it is full.
+struct Batch<'a> {
+    file: &'a Threadless,
+    buffer: &'a mut [u8],
+    used: usize,
+    /// Samples that could not be written.
+    lost: u64,
+}
+
+impl Batch<'_> {
+    fn put(&mut self, count: u64, pcs: &[u64]) {
+        let (size, records) = record_size(self.file.format, count, pcs);
+        if records == 0 {
+            return;
+        }
+        if self.used + size > self.buffer.len() {
+            self.write();
+        }
+        if size > self.buffer.len() {
+            self.lost += count;
+            return;
+        }
+        self.used += encode_record(self.file.format, count, pcs, &mut self.buffer[self.used..]);
+    }
+
+    fn write(&mut self) {
+        let bytes = &self.buffer[..self.used];
+        self.lost += self.file.write_buffer(bytes, used_records(bytes, self.file.format));
+        self.used = 0;
+    }
+}
+
+/// The records in whole-record `bytes` and the samples they hold.
+fn used_records(bytes: &[u8], format: SlotFormat) -> (u64, u64) {
+    let (mut at, mut records, mut samples) = (0, 0, 0);
+    while at + 2 * format.size <= bytes.len() {
+        let count = format.get(&bytes[at..]);
+        let depth = format.get(&bytes[at + format.size..]) as usize;
+        records += 1;
+        samples += count;
+        at += (2 + depth) * format.size;
+    }
+    (records, samples)
+}
+
+/// Whether a file of `size` bytes passes `RLIMIT_FSIZE`: writing past it would send this
+/// thread `SIGXFSZ`, whose default action ends the program (the writer thread blocks it and
+/// gets `EFBIG`; a signal handler cannot).
+fn would_pass_size_limit(size: u64) -> bool {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit fills a local.
+    (unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut limit) }) == 0
+        && limit.rlim_cur != libc::RLIM_INFINITY
+        && size > limit.rlim_cur
+}

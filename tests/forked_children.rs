@@ -1,0 +1,284 @@
+//! Children forked without exec (tests/c/forked_children.c): each gets a profile of its own,
+//! `<path>_<pid>`, complete however it ends, with only its own samples; the program behaves
+//! exactly as without the profiler; descendants keep quiet; a single-threaded process gets no
+//! thread of cpuprof's.
+
+mod support;
+
+use cpuprof::format::Profile;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use support::*;
+
+fn program() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let dir = scratch_dir("forked-children-bin");
+            compile_c(
+                &dir,
+                "forked_children.c",
+                "forked_children",
+                &["-O1", "-fno-omit-frame-pointer"],
+                false,
+            )
+        })
+        .clone()
+}
+
+fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(program())
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
+}
+
+/// Runs `args` plainly and profiled into `dir/p.prof` (with `env`); asserts the same status
+/// and the same output, apart from the `cpu` line. Returns the profiled run's output.
+fn same_as_plain(args: &[&str], dir: &Path, env: &[(&str, &str)]) -> Output {
+    let plain = run(args, &[]);
+    let profile = dir.join("p.prof");
+    let mut all = vec![
+        ("LD_PRELOAD", lib().to_str().unwrap()),
+        ("CPUPROFILE", profile.to_str().unwrap()),
+    ];
+    all.extend_from_slice(env);
+    let profiled = {
+        let _alone = alone();
+        run(args, &all)
+    };
+    let lines = |out: &Output| -> Vec<String> {
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.starts_with("cpu "))
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(
+        profiled.status.to_string(),
+        plain.status.to_string(),
+        "{args:?}: status"
+    );
+    assert_eq!(
+        lines(&profiled),
+        lines(&plain),
+        "{args:?}: output; stderr: {}",
+        String::from_utf8_lossy(&profiled.stderr)
+    );
+    profiled
+}
+
+/// The profiles under `dir` (file name -> complete profile), each checked by `cpuprof check`.
+fn profiles(dir: &Path) -> HashMap<String, Profile> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("p.prof"))
+        .map(|p| {
+            let out = Command::new(cli()).arg("check").arg(&p).output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}: {}{}",
+                p.display(),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            (p.file_name().unwrap().to_string_lossy().into_owned(), read_profile(&p))
+        })
+        .collect()
+}
+
+fn seconds(profile: &Profile) -> f64 {
+    profile.total_samples() as f64 * profile.period_us as f64 / 1e6
+}
+
+/// The children's profiles: every `p.prof_<pid>`.
+fn children(all: &HashMap<String, Profile>) -> Vec<(&String, &Profile)> {
+    let mut kids: Vec<_> = all.iter().filter(|(name, _)| name.starts_with("p.prof_")).collect();
+    kids.sort_by_key(|(name, _)| name.to_string());
+    kids
+}
+
+/// The prefork known answer: 2 workers of ~2 s of CPU each, ending with `_exit`, hold >= 90 %
+/// of the run's CPU time in their own files, each naming worker_burn on top, read alike by
+/// cpuprof, google-pprof and go tool pprof; the parent's profile holds none of it.
+#[test]
+fn prefork_workers_are_profiled_each_into_its_own_file() {
+    let dir = scratch_dir("prefork");
+    let out = same_as_plain(&["prefork", "2", "2", "_exit"], &dir, &[]);
+    let cpu = reported_cpu_seconds(&out);
+    let all = profiles(&dir);
+    let kids = children(&all);
+    assert_eq!(kids.len(), 2, "one profile per worker: {:?}", all.keys());
+    let total: f64 = all.values().map(seconds).sum();
+    assert!(
+        total >= 0.9 * cpu && total <= 1.1 * cpu,
+        "profiles hold {total:.2} s of {cpu:.2} s of CPU"
+    );
+    let parent = &all["p.prof"];
+    assert!(
+        seconds(parent) < 0.5,
+        "the parent's profile holds the workers' samples: {:.2} s",
+        seconds(parent)
+    );
+    for (name, _) in &kids {
+        let path = dir.join(name);
+        for (reader, table) in [
+            ("cpuprof", cpuprof_top(&path)),
+            ("google-pprof", google_pprof(&program(), &path)),
+            ("go tool pprof", go_pprof(&program(), &path)),
+        ] {
+            let share = share(&table, "worker_burn");
+            assert!(share >= 90.0, "{reader}: worker_burn {share}% of {name}: {table:?}");
+        }
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("2 forked child processes profiled"), "{stderr}");
+    // Only the process the user started speaks: its PROFILE line and the count of children.
+    assert_eq!(stderr.matches("PROFILE:").count(), 1, "{stderr}");
+}
+
+/// However a worker ends — `exit`, returning from main, the default action of SIGTERM, abort —
+/// its profile is complete and holds its time; the exit status is as without the profiler.
+#[test]
+fn a_worker_profile_is_complete_however_it_ends() {
+    for end in ["exit", "return", "sigterm", "abort"] {
+        let dir = scratch_dir(&format!("prefork-{end}"));
+        let out = same_as_plain(&["prefork", "1", "0.5", end], &dir, &[]);
+        let all = profiles(&dir);
+        let kids = children(&all);
+        assert_eq!(kids.len(), 1, "{end}: {:?}", all.keys());
+        let (_, worker) = kids[0];
+        let cpu = reported_cpu_seconds(&out);
+        assert!(
+            (seconds(worker) - 0.5).abs() <= 0.15,
+            "{end}: the worker's profile holds {:.2} s for 0.5 s (run's CPU {cpu:.2} s)",
+            seconds(worker)
+        );
+    }
+}
+
+/// A child that execs at once leaves no file of its own (the exec'd image writes
+/// `<path>_<pid>`); one that computed first keeps those samples in `<path>_<pid>.pre-exec`.
+#[test]
+fn a_child_that_execs_leaves_the_name_to_the_new_image() {
+    let dir = scratch_dir("fork-exec");
+    same_as_plain(&["exec", "0"], &dir, &[]);
+    let all = profiles(&dir);
+    let kids = children(&all);
+    assert_eq!(kids.len(), 1, "{:?}", all.keys());
+    let (name, true_profile) = kids[0];
+    assert!(!name.ends_with(".pre-exec"), "{name}");
+    let exe = true_profile
+        .maps
+        .entries
+        .iter()
+        .find(|e| e.path.starts_with('/'))
+        .map(|e| e.path.clone());
+    assert!(
+        exe.as_deref().is_some_and(|p| p.ends_with("/true")),
+        "{name} is /bin/true's profile: {exe:?}"
+    );
+
+    let dir = scratch_dir("fork-compute-exec");
+    same_as_plain(&["exec", "0.5"], &dir, &[]);
+    let all = profiles(&dir);
+    let kept: Vec<_> = all.keys().filter(|n| n.ends_with(".pre-exec")).collect();
+    assert_eq!(kept.len(), 1, "{:?}", all.keys());
+    let path = dir.join(kept[0]);
+    let share = share(&cpuprof_top(&path), "before_exec");
+    assert!(share >= 90.0, "before_exec {share}%");
+}
+
+/// Children of children, and children that start threads, are profiled too.
+#[test]
+fn grandchildren_and_threaded_children_are_profiled() {
+    let dir = scratch_dir("nested");
+    same_as_plain(&["nested", "0.5"], &dir, &[]);
+    let all = profiles(&dir);
+    let kids = children(&all);
+    assert_eq!(kids.len(), 2, "{:?}", all.keys());
+    for function in ["child_burn", "grandchild_burn"] {
+        let holders: Vec<_> = kids
+            .iter()
+            .filter(|(name, _)| share(&cpuprof_top(&dir.join(name)), function) >= 80.0)
+            .collect();
+        assert_eq!(holders.len(), 1, "{function} in one child's profile");
+    }
+
+    let dir = scratch_dir("threaded-child");
+    same_as_plain(&["threads", "0.5"], &dir, &[]);
+    let all = profiles(&dir);
+    let kids = children(&all);
+    assert_eq!(kids.len(), 1, "{:?}", all.keys());
+    let (name, child) = kids[0];
+    assert!(
+        (seconds(child) - 1.0).abs() <= 0.2,
+        "{name}: {:.2} s for 2 x 0.5 s",
+        seconds(child)
+    );
+    assert!(share(&cpuprof_top(&dir.join(name)), "thread_burn") >= 90.0);
+}
+
+/// A single-threaded process stays single-threaded under the profiler, parent and child:
+/// programs check it (Chromium's zygote) or need it (`unshare(CLONE_NEWUSER)`).
+#[test]
+fn no_thread_is_added_to_a_single_threaded_process() {
+    let dir = scratch_dir("single");
+    let out = same_as_plain(&["single"], &dir, &[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("parent threads 1") && text.contains("child threads 1"),
+        "{text}"
+    );
+    profiles(&dir);
+}
+
+/// A single-threaded process writes its evicted records from the signal handler: with a small
+/// table, thousands of distinct chains evict all the time and nothing is lost.
+#[test]
+fn a_single_threaded_process_loses_no_evicted_sample() {
+    let dir = scratch_dir("stacks");
+    let out = same_as_plain(
+        &["stacks", "2"],
+        &dir,
+        &[("CPUPROFILE_TABLE_ENTRIES", "64"), ("CPUPROFILE_FREQUENCY", "1000")],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let summary = stderr
+        .lines()
+        .find(|l| l.starts_with("PROFILE:"))
+        .expect("summary line");
+    assert!(summary.contains("(lost samples: 0)"), "{summary}");
+    let evictions: u64 = summary
+        .split('=')
+        .nth(1)
+        .and_then(|v| v.trim().split('/').nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert!(evictions > 1000, "{summary}");
+    let cpu = reported_cpu_seconds(&out);
+    let all = profiles(&dir);
+    let got = seconds(&all["p.prof"]);
+    assert!(
+        (got - cpu).abs() <= 0.1 * cpu,
+        "{got:.2} s of samples for {cpu:.2} s of CPU"
+    );
+}
+
+/// `CPUPROFILE_FOLLOW_FORK=0`: only the parent's profile. `CPUPROFILE_MESSAGES=none`: nothing
+/// on stderr.
+#[test]
+fn following_and_messages_can_be_turned_off() {
+    let dir = scratch_dir("no-follow");
+    let out = same_as_plain(
+        &["prefork", "2", "0.2", "_exit"],
+        &dir,
+        &[("CPUPROFILE_FOLLOW_FORK", "0"), ("CPUPROFILE_MESSAGES", "none")],
+    );
+    let all = profiles(&dir);
+    assert_eq!(all.keys().collect::<Vec<_>>(), vec!["p.prof"]);
+    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+}
