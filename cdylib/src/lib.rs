@@ -59,6 +59,8 @@ fn load() {
 extern "C" fn in_child_after_fork() {
     signals::release_in_child();
     unwind::safe_read::reopen_in_child();
+    // The parent's endpoint sockets: the child has no thread serving them.
+    cpuprof_core::http::in_forked_child();
 }
 
 extern "C" fn at_exit() {
