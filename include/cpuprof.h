@@ -11,8 +11,10 @@ extern "C" {
  *   GET  /debug/pprof/profile?seconds=N  gzipped pprof protobuf (go tool pprof, Parca, Pyroscope)
  *   GET|POST /pprof/symbol, GET /pprof/cmdline  pprof's remote-server protocol
  * `address` is "port", ":port" or "host:port"; a bare port binds 127.0.0.1 only. Port 0 picks
- * a free port. Returns the port bound, or -1 (the reason is printed on stderr). The same as
- * setting CPUPROF_HTTP=address in the environment. */
+ * a free port. Returns the port bound, or -1 (the reason is printed on stderr). Like setting
+ * CPUPROF_HTTP=address in the environment, for this process only: the variable also gives the
+ * programs this one execs the port once it is free (see README, "Process trees"). Every answer
+ * names the process in an X-Cpuprof-Pid header. */
 int CpuprofServeHttp(const char *address);
 
 /* Starts profiling in epoch mode (continuous profiling): every `epoch_seconds` (<= 0: the

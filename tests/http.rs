@@ -2,7 +2,9 @@
 //! tool pprof and google-pprof over the network, a long series of profiles plus hostile
 //! requests that leave the program's output intact and leak no thread or descriptor, and the
 //! 409 answers to a second profile while one is being taken; a stripped program's functions
-//! named for both readers, and the protobuf checked by pprof's own `profile` package.
+//! named for both readers, and the protobuf checked by pprof's own `profile` package. Process
+//! trees: the endpoint moves from a launcher to the server it started, a prefork server's
+//! workers neither keep nor take the port, and every answer names the process that gave it.
 
 mod support;
 
@@ -221,6 +223,7 @@ fn an_address_in_use_is_reported_and_the_program_runs_on() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dir = scratch_dir("http_in_use");
     let hot = compile_c(&dir, "hot.c", "hot", FLAGS, false);
+    let address = taken.local_addr().unwrap().to_string();
     let port = taken.local_addr().unwrap().port().to_string();
     let out = Command::new(&hot)
         .arg("0.2")
@@ -232,20 +235,327 @@ fn an_address_in_use_is_reported_and_the_program_runs_on() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("checksum 1"));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("cannot listen") && err.contains("in use"), "{err}");
+
+    // A program that runs on (idle: the tests beside this one need the CPU) serves there once
+    // the port is free.
+    let mut child = Command::new("sleep")
+        .arg("60")
+        .env("LD_PRELOAD", lib())
+        .env("CPUPROF_HTTP", &port)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _leftover = KillOnDrop(vec![child.id()]);
+    let stderr = lines_of(child.stderr.take().unwrap());
+    let said = stderr.recv_timeout(Duration::from_secs(30)).unwrap();
+    assert!(
+        said.contains("cannot listen") && said.contains("until the port is free"),
+        "{said}"
+    );
+    drop(taken);
+    let freed = Instant::now();
+    let (pid, _) = reach_process(&address, child.id(), Duration::from_secs(10));
+    eprintln!(
+        "served by the waiting program {:?} after the port was freed",
+        freed.elapsed()
+    );
+    assert_eq!(pid, child.id());
+    let said = stderr.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(
+        said.contains(&format!("serving profiles on http://{address}/")),
+        "{said}"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
 }
 
 #[test]
-fn programs_it_runs_do_not_inherit_the_endpoint() {
-    let out = Command::new("sh")
-        .args(["-c", "echo \"[$CPUPROF_HTTP]\"; sh -c 'echo \"[$CPUPROF_HTTP]\"'"])
+fn programs_it_runs_inherit_the_endpoint_and_wait_quietly() {
+    // bash replaces getenv/setenv with its own (and with CPUPROFILE, cpuprof's constructor
+    // calls its setenv before reading CPUPROF_HTTP); it also execs the last command of `-c` in
+    // its own process, which then binds the port again without saying so twice.
+    let dir = scratch_dir("http_shells");
+    let profile = dir.join("shell.prof");
+    let with_profile = [("CPUPROFILE", profile.to_str().unwrap())];
+    for (shell, env) in [("sh", &[][..]), ("bash", &[][..]), ("bash", &with_profile[..])] {
+        let script =
+            r#"echo "[$CPUPROF_HTTP] [$CPUPROF_HTTP_TREE]"; sh -c 'echo "[$CPUPROF_HTTP] [$CPUPROF_HTTP_TREE]"'"#;
+        let child = Command::new(shell)
+            .args(["-c", script])
+            .env("LD_PRELOAD", lib())
+            .env("CPUPROF_HTTP", "127.0.0.1:0")
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.matches("serving profiles").count(), 1, "{shell}: {err}");
+        assert!(!err.contains("cannot listen"), "{shell}: {err}");
+        let address = address_in(&err);
+        // CPUPROF_HTTP as given; the port picked is the tree's, and the shell the one that
+        // started it.
+        let line = format!("[127.0.0.1:0] [{pid} {address} 127.0.0.1:0]\n");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), line.repeat(2), "{shell}: {err}");
+    }
+}
+
+/// The address in cpuprof's "serving profiles on http://ADDRESS/..." line.
+fn address_in(line: &str) -> String {
+    line.split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no address announced: {line:?}"))
+        .to_string()
+}
+
+/// The lines `reader` gives, as they come.
+fn lines_of(reader: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    let (send, receive) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(reader).lines().map_while(Result::ok) {
+            if send.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    receive
+}
+
+/// Processes a test started but does not wait for (a launcher's grandchildren, forked
+/// workers): killed if the test ends before they do.
+struct KillOnDrop(Vec<u32>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        for &pid in &self.0 {
+            // SAFETY: plain kill(2); a pid already gone gets ESRCH.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+        }
+    }
+}
+
+/// Waits up to `limit` for `pid` to be gone (a process this test does not wait for).
+fn wait_gone(pid: u32, limit: Duration) {
+    let end = Instant::now() + limit;
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|stat| stat.rsplit(')').next().and_then(|s| s.split_whitespace().next()) != Some("Z"))
+    };
+    while alive() {
+        assert!(Instant::now() < end, "process {pid} still runs after {limit:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// One GET over a new connection: the status, the process that answered (`X-Cpuprof-Pid`) and
+/// the body; `None` if nobody accepts the connection.
+fn reach(address: &str, target: &str, timeout: Duration) -> Option<(u16, Option<u32>, Vec<u8>)> {
+    use std::io::Read;
+    let mut conn = TcpStream::connect(address).ok()?;
+    conn.set_read_timeout(Some(timeout)).unwrap();
+    conn.write_all(format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .ok()?;
+    let mut response = Vec::new();
+    let _ = conn.read_to_end(&mut response);
+    let head_end = response.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&response[..head_end]).into_owned();
+    let status = head.split(' ').nth(1)?.parse().ok()?;
+    let pid = head.lines().find_map(|l| {
+        let (name, value) = l.split_once(':')?;
+        name.eq_ignore_ascii_case(cpuprof::http::PID_HEADER)
+            .then(|| value.trim().parse().ok())?
+    });
+    Some((status, pid, response[head_end + 4..].to_vec()))
+}
+
+/// Asks `/pprof/cmdline` at `address` until process `pid` answers (within `limit`); its pid
+/// and command line.
+fn reach_process(address: &str, pid: u32, limit: Duration) -> (u32, Vec<String>) {
+    let end = Instant::now() + limit;
+    let mut last = None;
+    loop {
+        if let Some((200, Some(answered), body)) = reach(address, "/pprof/cmdline", Duration::from_secs(5)) {
+            let cmdline = String::from_utf8_lossy(&body).lines().map(String::from).collect();
+            if answered == pid {
+                return (answered, cmdline);
+            }
+            last = Some((answered, cmdline));
+        }
+        assert!(
+            Instant::now() < end,
+            "process {pid} did not answer at {address} within {limit:?}; last answer: {last:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_single_process_names_itself_in_every_answer() {
+    // An idle program: the tests beside this one need the CPU.
+    let mut child = Command::new("sleep")
+        .arg("60")
         .env("LD_PRELOAD", lib())
         .env("CPUPROF_HTTP", "127.0.0.1:0")
-        .output()
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
-    assert!(out.status.success());
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "[]\n[]\n");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(err.matches("serving profiles").count(), 1, "{err}");
+    let _leftover = KillOnDrop(vec![child.id()]);
+    let stderr = lines_of(child.stderr.take().unwrap());
+    let announced = stderr.recv_timeout(Duration::from_secs(30)).unwrap();
+    // As before: the process started serves, and says so without a pid.
+    assert!(announced.ends_with("/debug/pprof/profile"), "{announced}");
+    let address = address_in(&announced);
+    let (status, pid, body) = reach(&address, "/pprof/cmdline", Duration::from_secs(10)).unwrap();
+    assert_eq!((status, pid), (200, Some(child.id())));
+    assert_eq!(String::from_utf8_lossy(&body), "sleep\n60\n");
+    let (status, pid, _) = reach(&address, "/nope", Duration::from_secs(10)).unwrap();
+    assert_eq!((status, pid), (404, Some(child.id())));
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[test]
+fn the_endpoint_moves_from_a_launcher_to_the_server_it_started() {
+    let dir = scratch_dir("http_launcher");
+    let launcher = compile_c(&dir, "launcher.c", "launcher", FLAGS, false);
+    let mut child = Command::new(&launcher)
+        .args(["launch", "1"])
+        .env("LD_PRELOAD", lib())
+        .env("CPUPROF_HTTP", "127.0.0.1:0")
+        .env("CPUPROFILE_FREQUENCY", "1000")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = lines_of(child.stderr.take().unwrap());
+    let stdout = lines_of(child.stdout.take().unwrap());
+    let announced = stderr.recv_timeout(Duration::from_secs(30)).unwrap();
+    let address = address_in(&announced);
+    let server: u32 = stdout
+        .recv_timeout(Duration::from_secs(30))
+        .unwrap()
+        .strip_prefix("server ")
+        .and_then(|p| p.parse().ok())
+        .expect("server PID");
+    let _leftover = KillOnDrop(vec![server]);
+    // The server works until its standard input closes (`wait` would close it).
+    let stdin = child.stdin.take();
+    // The launcher holds the port for a second, then exits; the server (through `sh -c exec`)
+    // waited on standby meanwhile.
+    assert!(child.wait().unwrap().success());
+    let exited = Instant::now();
+    let (_, cmdline) = reach_process(&address, server, Duration::from_secs(10));
+    eprintln!("the server answered {:?} after the launcher exited", exited.elapsed());
+    assert_eq!(cmdline, [launcher.to_str().unwrap(), "server"]);
+
+    let (status, pid, body) = reach(&address, "/pprof/profile?seconds=1", Duration::from_secs(60)).unwrap();
+    assert_eq!((status, pid), (200, Some(server)), "{}", String::from_utf8_lossy(&body));
+    let file = dir.join("server.prof");
+    std::fs::write(&file, &body).unwrap();
+    let profile = read_profile(&file);
+    assert!(profile.total_samples() > 50, "{} samples", profile.total_samples());
+    let table = cpuprof_top(&file);
+    assert!(share(&table, "server_busy") > 50.0, "{table:?}");
+
+    drop(stdin);
+    wait_gone(server, Duration::from_secs(10));
+    // The launcher said where it served; the shell and the server waited without a word, and
+    // the server said once that it serves now.
+    let said: Vec<String> = std::iter::from_fn(|| stderr.recv_timeout(Duration::from_secs(10)).ok()).collect();
+    assert_eq!(said.len(), 1, "{announced}\n{said:?}");
+    assert!(
+        said[0].contains(&format!("http://{address}/"))
+            && said[0].contains(&format!("pid {server}; the port was freed")),
+        "{said:?}"
+    );
+}
+
+/// The inode of the socket listening on `port` (from /proc/net/tcp).
+fn listening_inode(port: u16) -> Option<u64> {
+    std::fs::read_to_string("/proc/net/tcp")
+        .ok()?
+        .lines()
+        .skip(1)
+        .find_map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            let local_port = u16::from_str_radix(cols.get(1)?.rsplit(':').next()?, 16).ok()?;
+            (local_port == port && cols.get(3) == Some(&"0A")).then(|| cols.get(9)?.parse().ok())?
+        })
+}
+
+/// Whether process `pid` holds a descriptor of socket `inode`.
+fn holds_socket(pid: u32, inode: u64) -> bool {
+    let wanted = format!("socket:[{inode}]");
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .any(|target| target.to_str() == Some(wanted.as_str()))
+}
+
+#[test]
+fn a_prefork_servers_workers_neither_keep_nor_take_the_port() {
+    let dir = scratch_dir("http_prefork");
+    let launcher = compile_c(&dir, "launcher.c", "launcher", FLAGS, false);
+    let mut parent = Command::new(&launcher)
+        .arg("prefork")
+        .env("LD_PRELOAD", lib())
+        .env("CPUPROF_HTTP", "127.0.0.1:0")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = lines_of(parent.stderr.take().unwrap());
+    let stdout = lines_of(parent.stdout.take().unwrap());
+    let address = address_in(&stderr.recv_timeout(Duration::from_secs(30)).unwrap());
+    let mut workers = Vec::new();
+    while workers.len() < 2 {
+        let line = stdout.recv_timeout(Duration::from_secs(30)).unwrap();
+        if let Some(pid) = line.strip_prefix("worker ") {
+            workers.push(pid.parse::<u32>().unwrap());
+        }
+    }
+    let _leftover = KillOnDrop(workers.clone());
+    // The parent serves, and only it holds the listening socket.
+    let (_, cmdline) = reach_process(&address, parent.id(), Duration::from_secs(10));
+    assert_eq!(cmdline, [launcher.to_str().unwrap(), "prefork"]);
+    let port: u16 = address.rsplit(':').next().unwrap().parse().unwrap();
+    let inode = listening_inode(port).expect("a listening socket");
+    assert!(holds_socket(parent.id(), inode));
+    for &w in &workers {
+        assert!(!holds_socket(w, inode), "worker {w} holds the listening socket");
+    }
+
+    // The parent dies; its workers run on and nobody answers, then or after the workers
+    // would have retried (they never do: forked children do not wait for the port).
+    let stdin = parent.stdin.take();
+    parent.kill().unwrap();
+    parent.wait().unwrap();
+    for pause in [
+        Duration::ZERO,
+        2 * cpuprof::http::STANDBY_RETRY + Duration::from_millis(500),
+    ] {
+        std::thread::sleep(pause);
+        let refused = TcpStream::connect(&address).map(|_| ()).unwrap_err();
+        assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused, "after {pause:?}");
+        for &w in &workers {
+            assert!(std::fs::metadata(format!("/proc/{w}")).is_ok(), "worker {w} ended");
+        }
+    }
+    // The port is anyone's.
+    drop(std::net::TcpListener::bind(&address).unwrap());
+    drop(stdin);
+    for &w in &workers {
+        wait_gone(w, Duration::from_secs(10));
+    }
+    // The workers said nothing.
+    let said: Vec<String> = std::iter::from_fn(|| stderr.recv_timeout(Duration::from_secs(10)).ok()).collect();
+    assert!(said.is_empty(), "{said:?}");
 }
 
 /// `tests/c/stripped_hot.c` built with `-rdynamic` (so `hot_exported` stays in `.dynsym`) and

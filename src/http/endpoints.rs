@@ -81,6 +81,12 @@ enum Encoding {
 /// Set while an on-demand profile is being taken: one at a time.
 static PROFILING: AtomicBool = AtomicBool::new(false);
 
+/// In a forked child: no profile of the endpoint's is being taken there (the thread taking
+/// one stayed in the parent).
+pub(crate) fn forget_in_flight() {
+    PROFILING.store(false, Ordering::Release);
+}
+
 fn profile(req: &Request, encoding: Encoding, client_gone: ClientWatch) -> Response {
     let seconds = match parse_seconds(query_param(&req.query, "seconds")) {
         Ok(s) => s,

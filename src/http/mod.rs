@@ -10,6 +10,9 @@
 //!   `/debug/pprof/symbol`, which go tool pprof asks for names the protobuf lacks);
 //! * `GET /pprof/cmdline`: the program's command line, one argument per line.
 //!
+//! Every response names the process that answered in an [`PID_HEADER`] (`X-Cpuprof-Pid`)
+//! header.
+//!
 //! One profile is taken at a time: a second request while one runs, or while the program is
 //! already being profiled into a file, gets `409 Conflict`. The profile covers the whole
 //! process with the `CPUPROFILE_*` settings of its environment. A client that hangs up
@@ -19,6 +22,11 @@
 //! using `libcpuprof.so` (see [`serve_from_env`]), or with the C function `CpuprofServeHttp`.
 //! It listens on loopback unless a host is named: anyone who can connect can profile the
 //! process and read its command line, function names and mappings.
+//!
+//! `CPUPROF_HTTP` is for a whole process tree: a launcher that execs the server and exits
+//! hands the port on to the server (a process that finds it in use waits on standby and takes
+//! it within about a second once it is free), and a forked child never keeps the parent's
+//! listening socket ([`in_forked_child`]). See `follow.rs`.
 //!
 //! Hand-written HTTP/1.1 on `std::net` rather than a server crate: the endpoint needs one
 //! request per connection on a handful of paths, with hard limits, and every dependency is
@@ -36,13 +44,16 @@
 //! are checked the same way before every read and write and before they are closed.
 
 mod endpoints;
+mod follow;
 mod request;
 
-use crate::sys::fd::identity;
+pub use follow::{STANDBY_RETRY, TREE_VAR};
+pub use request::PID_HEADER;
+
 use std::io::{self, Read, Write};
 use std::mem::ManuallyDrop;
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::os::fd::{AsRawFd, IntoRawFd};
+use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -62,7 +73,9 @@ static OPEN_CONNECTIONS: AtomicUsize = AtomicUsize::new(0);
 /// 127.0.0.1) and returns the address bound (port 0 picks a free one).
 ///
 /// The endpoint serves on a thread of its own, which blocks every signal, for the rest of the
-/// process; there is no handle to stop it. Each call starts another listener.
+/// process; there is no handle to stop it. Each call starts another listener. A child this
+/// process forks (without exec) gets no copy of it from `libcpuprof.so`, whose fork handler
+/// calls [`in_forked_child`] (a Rust program that forks without exec calls it in the child).
 ///
 /// # Errors
 ///
@@ -79,26 +92,33 @@ static OPEN_CONNECTIONS: AtomicUsize = AtomicUsize::new(0);
 /// # Ok::<(), std::io::Error>(())
 /// ```
 pub fn serve(address: &str) -> io::Result<SocketAddr> {
+    let target = resolve(address)?;
+    let socket = follow::new_socket(target)?;
+    follow::bind_and_listen(&socket, target).map_err(follow::NotListening::error)?;
+    serve_socket(socket)
+}
+
+/// The first address `address` resolves to, loopback for a bare port.
+fn resolve(address: &str) -> io::Result<SocketAddr> {
     let address = loopback_unless_named(address);
-    let target = address
+    address
         .to_socket_addrs()?
         .next()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("{address}: no such address")))?;
-    let listener = TcpListener::bind(target)?;
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("{address}: no such address")))
+}
+
+/// Serves on `socket`, bound and listening, on a new thread of cpuprof's; its address.
+fn serve_socket(socket: OwnedFd) -> io::Result<SocketAddr> {
+    let (listener, held) = follow::into_listener(socket)?;
     let bound = listener.local_addr()?;
-    let identity = identity(listener.as_raw_fd()).ok_or_else(io::Error::last_os_error)?;
-    // Non-blocking, so that an `accept` never waits on whatever the number may come to hold.
-    listener.set_nonblocking(true)?;
     let builder = std::thread::Builder::new().name("cpuprof-http".into());
-    crate::sys::thread::spawn_signal_free(builder, move || {
-        listen(listener, identity);
-    })?;
+    crate::sys::thread::spawn_signal_free(builder, move || listen(listener, held))?;
     Ok(bound)
 }
 
 /// Accepts connections while the listener's descriptor still holds the socket bound, checked
 /// right before each `accept` and at least every [`LISTENER_CHECK`].
-fn listen(listener: TcpListener, ours: (u64, u64)) {
+fn listen(listener: TcpListener, mut held: follow::Held) {
     let fd = listener.as_raw_fd();
     loop {
         let mut pending = libc::pollfd {
@@ -108,12 +128,13 @@ fn listen(listener: TcpListener, ours: (u64, u64)) {
         };
         // SAFETY: one valid pollfd. Polling a number the program has reused only reads its state.
         let ready = unsafe { libc::poll(&mut pending, 1, LISTENER_CHECK.as_millis() as libc::c_int) };
-        if identity(fd) != Some(ours) {
+        if !held.is_still_ours() {
             crate::say!(
                 "cpuprof: the HTTP endpoint's listening socket (descriptor {fd}) was closed or reused by \
                  the program; the endpoint stops serving"
             );
             // The number is the program's now: closing it would close the program's descriptor.
+            held.release();
             let _ = listener.into_raw_fd();
             return;
         }
@@ -129,26 +150,147 @@ fn listen(listener: TcpListener, ours: (u64, u64)) {
     }
 }
 
-/// Starts the endpoint if `CPUPROF_HTTP` asks for it (never in setuid/setgid programs).
-/// Failures are reported on stderr; the program runs on without the endpoint. The variable is
-/// removed, so programs this one runs (`system`, `fork` + `exec`) do not fight for the port.
-/// `libcpuprof.so` calls this when it is loaded, before the program's own threads exist; a
-/// Rust program that wants the same switch calls it early in `main`, before starting threads
-/// (it changes the environment).
+/// Starts the endpoint if `CPUPROF_HTTP` asks for it (never in setuid/setgid programs), for
+/// the whole process tree: `libcpuprof.so` calls this when it is loaded, in every process the
+/// tree execs, before the program's own threads exist. A Rust program that wants the same
+/// switch calls it early in `main`, before starting threads (it changes the environment).
+///
+/// * The process the user started binds the address and says so on stderr, or says why it
+///   cannot; it leaves `CPUPROF_HTTP` in the environment, and records itself and the numeric
+///   address it bound (port 0: the port picked) in `CPUPROF_HTTP_TREE` ([`TREE_VAR`]).
+/// * Programs it runs (`system`, `fork` + `exec`, a script's commands) inherit both. Each
+///   tries the address too: while someone holds it, it waits quietly on standby, retrying every
+///   second; the first survivor to find it free binds it and says so, once. So with a launcher
+///   (`pg_ctl start`, a wrapper script, a program that forks, execs the server and exits), the
+///   endpoint moves to the server within about a second of the launcher's exit.
+/// * The process the user started, finding the port held by another program, says so and
+///   waits the same way. Other failures (no such host, a privileged port) are reported by the
+///   process the user started, and leave the tree without an endpoint.
+///
+/// Forked children (without exec) take no part: see [`in_forked_child`].
 pub fn serve_from_env() {
-    let Some(address) = std::env::var("CPUPROF_HTTP").ok().filter(|a| !a.is_empty()) else {
+    let Some(requested) = env_var("CPUPROF_HTTP").filter(|a| !a.trim().is_empty()) else {
         return;
     };
-    std::env::remove_var("CPUPROF_HTTP");
+    let tree = env_var(follow::TREE_VAR);
     if crate::session::autostart::is_privileged() {
         return;
     }
-    match serve(&address) {
-        Ok(bound) => crate::say!(
-            "cpuprof: serving profiles on http://{bound}/pprof/profile and http://{bound}/debug/pprof/profile"
-        ),
-        Err(e) => crate::say!("cpuprof: CPUPROF_HTTP={address}: cannot listen: {e}; the program continues without it"),
+    let pid = std::process::id();
+    let role = follow::role(&requested, tree.as_deref(), pid);
+    let (target, reports) = match role {
+        follow::Role::Started => match resolve(&requested) {
+            Ok(target) => (target, true),
+            Err(e) => {
+                report_cannot(&requested, &e, "");
+                return follow::mark_tree(pid, None, &requested);
+            }
+        },
+        follow::Role::StartedAgain(Some(target)) => (target, true),
+        follow::Role::Descendant(Some(target)) => (target, false),
+        // The tree has no endpoint (the process started said why).
+        follow::Role::StartedAgain(None) | follow::Role::Descendant(None) => return,
+    };
+    let fail = |e: io::Error| {
+        if reports {
+            report_cannot(&requested, &e, "");
+        }
+        if role == follow::Role::Started {
+            follow::mark_tree(pid, None, &requested);
+        }
+    };
+    let socket = match follow::new_socket(target) {
+        Ok(socket) => socket,
+        Err(e) => return fail(e),
+    };
+    let standby_socket = match follow::bind_and_listen(&socket, target) {
+        Ok(()) => match serve_socket(socket) {
+            Ok(bound) => {
+                match role {
+                    follow::Role::Started => {
+                        follow::mark_tree(pid, Some(bound), &requested);
+                        announce(bound, "");
+                    }
+                    // Said before its exec.
+                    follow::Role::StartedAgain(_) => {}
+                    follow::Role::Descendant(_) => announce(bound, &format!(" (pid {pid})")),
+                }
+                return;
+            }
+            Err(e) => return fail(e),
+        },
+        Err(refused) if refused.in_use() => {
+            if reports {
+                let e = match &refused {
+                    follow::NotListening::Bind(e) | follow::NotListening::Listen(e) => e,
+                };
+                report_cannot(
+                    &requested,
+                    e,
+                    " until the port is free (cpuprof tries again every second)",
+                );
+            }
+            match refused {
+                // The socket may be bound again later.
+                follow::NotListening::Bind(_) => Some(socket),
+                follow::NotListening::Listen(_) => None,
+            }
+        }
+        Err(refused) => return fail(refused.error()),
+    };
+    if role == follow::Role::Started {
+        follow::mark_tree(pid, Some(target), &requested);
     }
+    let builder = std::thread::Builder::new().name("cpuprof-http".into());
+    let waiting = crate::sys::thread::spawn_signal_free(builder, move || {
+        let socket = follow::standby(standby_socket, target);
+        if let Ok((listener, held)) = follow::into_listener(socket) {
+            announce(target, &format!(" (pid {}; the port was freed)", std::process::id()));
+            listen(listener, held);
+        }
+    });
+    if let (Err(e), true) = (waiting, reports) {
+        crate::say!("cpuprof: CPUPROF_HTTP={requested}: cannot wait for the port: {e}");
+    }
+}
+
+/// The variable `name`, read from `environ` itself rather than with `getenv`: bash replaces
+/// getenv/setenv with its own, and once its setenv has run (autostart's, for `CPUPROFILE`),
+/// its getenv finds none of the variables it has not imported yet.
+fn env_var(name: &str) -> Option<String> {
+    std::env::vars_os()
+        .find(|(k, _)| k == name)
+        .and_then(|(_, v)| v.into_string().ok())
+}
+
+fn report_cannot(requested: &str, e: &io::Error, more: &str) {
+    crate::say!("cpuprof: CPUPROF_HTTP={requested}: cannot listen: {e}; the program continues without it{more}");
+}
+
+/// Says where profiles are served: once, by the process that binds.
+fn announce(bound: SocketAddr, whose: &str) {
+    crate::say!(
+        "cpuprof: serving profiles on http://{bound}/pprof/profile and http://{bound}/debug/pprof/profile{whose}"
+    );
+}
+
+/// Called in a child just forked (from `session::children`'s fork child handler): closes the
+/// child's copies of the endpoint's sockets, if their numbers still hold them, and forgets the
+/// connections and the profile in flight. Async-signal-safe (atomics, `fstat`, `close`).
+///
+/// The child inherits the listening socket but not the thread that accepts on it: kept, the
+/// socket would keep the port bound after the parent exits, and clients would connect and wait
+/// forever. Nor does a forked child go on standby: starting a thread in a fork child handler
+/// is unsafe (a lock another thread of the parent held at the fork stays held in the child)
+/// and would make single-threaded children threaded (where `unshare(CLONE_NEWUSER)` then
+/// fails); and in a prefork server (nginx, the postgres postmaster) the master should hold the
+/// endpoint while workers come and go, and when the master dies a worker that took the port
+/// would answer for a process that is not the server. A child that execs tries the port again,
+/// as every program of the tree does. So does a child that calls [`serve`] itself.
+pub fn in_forked_child() {
+    follow::close_inherited();
+    OPEN_CONNECTIONS.store(0, Ordering::Release);
+    endpoints::forget_in_flight();
 }
 
 fn loopback_unless_named(address: &str) -> String {
@@ -199,20 +341,21 @@ fn accept(conn: TcpStream) {
 /// have put a file of its own on the number, which must not receive a response nor be closed.
 struct Connection {
     stream: ManuallyDrop<TcpStream>,
-    identity: Option<(u64, u64)>,
+    /// Its identity, recorded for a forked child to close its copy (see [`in_forked_child`]).
+    held: follow::Held,
 }
 
 impl Connection {
     fn new(stream: TcpStream) -> Self {
-        let identity = identity(stream.as_raw_fd());
+        let held = follow::Held::record(stream.as_raw_fd());
         Connection {
             stream: ManuallyDrop::new(stream),
-            identity,
+            held,
         }
     }
 
     fn ours(&self) -> bool {
-        self.identity.is_some() && identity(self.stream.as_raw_fd()) == self.identity
+        self.held.is_still_ours()
     }
 
     /// The stream, if the descriptor still holds it.
@@ -227,6 +370,7 @@ impl Connection {
 
 impl Drop for Connection {
     fn drop(&mut self) {
+        self.held.release();
         if self.ours() {
             // SAFETY: dropped once, here, and never used again.
             unsafe { ManuallyDrop::drop(&mut self.stream) };

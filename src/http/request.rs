@@ -25,6 +25,10 @@ pub(crate) struct Request {
 }
 
 /// A response with a status and a reason for it.
+/// The header that names the process answering (on every response): with an endpoint that
+/// moves through a process tree, a client can tell whom it reached.
+pub const PID_HEADER: &str = "X-Cpuprof-Pid";
+
 #[derive(Debug)]
 pub(crate) struct Response {
     pub(crate) status: u16,
@@ -54,11 +58,12 @@ impl Response {
 
     pub(crate) fn write_to(&self, out: &mut impl Write) -> io::Result<()> {
         let mut head = format!(
-            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n",
+            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n{PID_HEADER}: {}\r\n",
             self.status,
             reason(self.status),
             self.content_type,
-            self.body.len()
+            self.body.len(),
+            std::process::id()
         );
         for (name, value) in &self.headers {
             head.push_str(&format!("{name}: {value}\r\n"));
@@ -295,6 +300,7 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         assert!(text.starts_with("HTTP/1.1 409 Conflict\r\n"), "{text}");
         assert!(text.contains("Content-Length: 5\r\n") && text.contains("Connection: close\r\n"));
+        assert!(text.contains(&format!("X-Cpuprof-Pid: {}\r\n", std::process::id())));
         assert!(text.ends_with("\r\n\r\nbusy\n"));
     }
 }

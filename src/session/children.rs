@@ -128,6 +128,8 @@ extern "C" fn in_child() {
     crate::sampler::forget_in_forked_child();
     super::autostart::forget_in_child();
     crate::sampler::default_actions::forget_in_child();
+    // The parent's endpoint sockets: the child has no thread serving them.
+    crate::http::in_forked_child();
     PROFILED_CHILD.store(false, Ordering::SeqCst);
     CHILD_PATHS.store(std::ptr::null_mut(), Ordering::SeqCst);
     if !consistent {
