@@ -39,8 +39,10 @@ fn exports_exactly_the_profiler_h_functions() {
         // include/cpuprof.h: wall-clock profiles, alone or beside the CPU profile (issue 16).
         "CpuprofStartWall",
         // Interposed so that our signals wait while the program's handlers run on their
-        // (possibly tiny) alternate signal stacks.
+        // (possibly tiny) alternate signal stacks, and so that the ending signals whose default
+        // action cpuprof holds (to complete the profile first) read back as SIG_DFL.
         "sigaction",
+        "signal",
         // Interposed so that the ends of the process atexit does not see complete the profile.
         "_exit",
         "_Exit",

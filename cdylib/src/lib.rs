@@ -12,8 +12,9 @@
 //! (`cpuprof::session::process_end`): `_exit`, `_Exit` and `quick_exit` complete the profile
 //! first; the exec family (`execve`, `execv`, `execvp`, `execvpe`, `fexecve`, `execveat`)
 //! writes what was sampled and makes sure no profiling signal can reach the new image, undoing
-//! that if the exec fails. Not `execl`, `execle`, `execlp`: they are C-variadic, which stable
-//! Rust cannot define, and rustc does not export a C shim's symbols from a cdylib.
+//! that if the exec fails. `execl`, `execle` and `execlp`, which are C-variadic (stable Rust
+//! cannot define them, and rustc exports no C symbol from a cdylib), are naked Rust functions
+//! that jump to C code gathering their arguments for the array forms.
 
 use cpuprof_core::sampler::{signals, thread_timers, StartChain, ThreadFilter, ROOT_FRAMES};
 use cpuprof_core::session::epochs::{EpochOptions, MIN_EPOCH};
@@ -435,6 +436,34 @@ fn enosys() -> c_int {
     unsafe { *libc::__errno_location() = libc::ENOSYS };
     -1
 }
+
+// The C-variadic exec functions: naked functions that jump, with the caller's registers and
+// stack untouched, to their C implementations (src/exec_variadic.c), which gather the
+// arguments and call the interposed array forms above and below.
+macro_rules! variadic_exec {
+    ($name:ident, $shim:ident) => {
+        unsafe extern "C" {
+            fn $shim();
+        }
+        /// Interposed: gathers the arguments (in C) and calls the array form, prepared for
+        /// like every exec.
+        ///
+        /// # Safety
+        /// The arguments of the libc function of the same name.
+        #[unsafe(naked)]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name() {
+            #[cfg(target_arch = "x86_64")]
+            core::arch::naked_asm!("jmp {}", sym $shim);
+            #[cfg(target_arch = "aarch64")]
+            core::arch::naked_asm!("b {}", sym $shim);
+        }
+    };
+}
+
+variadic_exec!(execl, cpuprof_execl);
+variadic_exec!(execlp, cpuprof_execlp);
+variadic_exec!(execle, cpuprof_execle);
 
 /// # Safety
 /// As `execve(2)`.

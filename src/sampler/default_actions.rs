@@ -74,7 +74,7 @@ pub fn hold(before_end: fn(), skip: &[c_int]) {
     COMPLETION.store(0, Ordering::SeqCst);
     BEFORE_END.store(before_end as usize, Ordering::SeqCst);
     for signal in ENDING_SIGNALS {
-        if !skip.contains(&signal) {
+        if !skip.contains(&signal) && super::signals::is_unhandled(signal) {
             hold_one(signal);
         }
     }
@@ -97,8 +97,9 @@ pub fn forget_in_child() {
     BEFORE_END.store(0, Ordering::SeqCst);
 }
 
-/// Starts holding `signal`'s default action if a profile runs and the program has it at
-/// `SIG_DFL` (or is asking for it). Returns whether it is held. Async-signal-safe.
+/// Starts holding `signal`'s default action if a profile runs; the caller has checked that
+/// the program has it at `SIG_DFL`, or is asking for it. Returns whether it is held.
+/// Async-signal-safe.
 pub fn hold_one(signal: c_int) -> bool {
     if BEFORE_END.load(Ordering::SeqCst) == 0 || !covers(signal) {
         return false;
