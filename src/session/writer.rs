@@ -22,7 +22,7 @@ use super::epochs::{Database, Epoch};
 use super::mappings::SeenMappings;
 use super::timing;
 use super::OutputFile;
-use crate::format::{SampleContext, SignalWeights, SlotFormat, TRAILER};
+use crate::format::{ProcessLine, SampleContext, SignalWeights, SlotFormat, TRAILER};
 use crate::sampler::{self, SampleSource, SamplerState};
 use crate::sync::{Condvar, Mutex};
 use crate::sys::futex;
@@ -513,8 +513,33 @@ impl Output {
     }
 }
 
-/// What follows the trailer: the maps (with build-ids), the samples' signal weights, and the
-/// records' contexts.
+/// Whether this process's profile continues a profiled parent's across `fork` (the `forked`
+/// field of its `# process` line). False until a forked child's session sets it.
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+/// Marks the profiles this process completes from now on as continuing a profiled parent's
+/// across `fork` (or not).
+#[allow(dead_code)] // for the forked child's session (issue 24)
+pub fn set_forked(forked: bool) {
+    FORKED.store(forked, Ordering::Relaxed);
+}
+
+/// The `# process` line of this process as it is now: ids, origin, and `/proc/self/cmdline`
+/// (no arguments if it cannot be read).
+fn process_line() -> String {
+    let args = crate::sys::procfs::read_self_cmdline(crate::format::process::MAX_COMMAND_LINE);
+    ProcessLine {
+        pid: std::process::id(),
+        // SAFETY: getppid has no preconditions.
+        ppid: unsafe { libc::getppid() } as u32,
+        forked: FORKED.load(Ordering::Relaxed),
+        args: ProcessLine::args_of_cmdline(&args.unwrap_or_default()),
+    }
+    .line()
+}
+
+/// What follows the trailer: the maps (with build-ids), the samples' signal weights, the
+/// process that wrote the profile, and the records' contexts.
 fn trailer_text(mappings: &mut SeenMappings, weights: SignalWeights, contexts: &RecordContexts) -> Vec<u8> {
     let maps = read_self_maps();
     // The program may have closed or reused the descriptor since the last tick: read ELF
@@ -523,6 +548,7 @@ fn trailer_text(mappings: &mut SeenMappings, weights: SignalWeights, contexts: &
     mappings.read_build_ids(&maps);
     let mut text = mappings.complete(&maps);
     text.extend_from_slice(weights.line().as_bytes());
+    text.extend_from_slice(process_line().as_bytes());
     text.extend_from_slice(&contexts.text());
     text
 }
@@ -649,6 +675,24 @@ impl OutputFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_process_line_names_this_process_and_its_arguments() {
+        let line = process_line();
+        let p = ProcessLine::parse_line(&line).unwrap_or_else(|| panic!("{line}"));
+        assert_eq!(p.pid, std::process::id());
+        // SAFETY: getppid has no preconditions.
+        assert_eq!(p.ppid, unsafe { libc::getppid() } as u32);
+        assert!(!p.forked);
+        let args: Vec<Vec<u8>> = std::env::args_os()
+            .map(|a| std::os::unix::ffi::OsStrExt::as_bytes(a.as_os_str()).to_vec())
+            .collect();
+        assert_eq!(p.args, args);
+        set_forked(true);
+        let forked = ProcessLine::parse_line(&process_line()).unwrap();
+        set_forked(false);
+        assert!(forked.forked);
+    }
 
     #[test]
     fn the_tick_follows_the_eviction_rate() {
