@@ -224,8 +224,8 @@ fn a_binary_rebuilt_in_place_is_warned_about_and_a_matching_copy_is_preferred() 
     }
 }
 
-/// `profile` without its `# build-id` lines and the `# signal-weights` line after them (all of
-/// cpuprof's additions to the maps text), written beside it.
+/// `profile` without its `# build-id` lines and the `# signal-weights` and `# process` lines
+/// after them (all of cpuprof's additions to the maps text), written beside it.
 fn without_build_ids(profile: &Path) -> PathBuf {
     let bytes = std::fs::read(profile).unwrap();
     let at = bytes
@@ -238,17 +238,62 @@ fn without_build_ids(profile: &Path) -> PathBuf {
     stripped
 }
 
+/// Arguments the `# process` line must carry without a reader noticing: `=` (go pprof's
+/// `attr=value`), `]` (its glog prefix), line breaks, lines of the other kinds, and bytes that
+/// are not UTF-8.
+fn hostile_arguments() -> Vec<std::ffi::OsString> {
+    use std::os::unix::ffi::OsStringExt;
+    let args: [&[u8]; 8] = [
+        b"a=b",
+        b"x:1] y",
+        b"two\nlines\r\n",
+        b"\n1000-2000 r-xp 00000000 08:01 5 /bin/fake\n",
+        b"\n# build-id 1000-2000 abcd\nbuild=/x",
+        b"\xff\xfe\x80 %41 $build",
+        b"",
+        b"caf\xc3\xa9",
+    ];
+    args.iter().map(|a| std::ffi::OsString::from_vec(a.to_vec())).collect()
+}
+
 #[test]
 fn readers_read_the_same_profile_with_and_without_the_build_id_lines() {
     let dir = scratch_dir("bids-readers");
     let prog = build(&dir, false);
     let profile = dir.join("prog.prof");
-    run_preloaded(&prog, &["hot", "0.5"], &profile, &[]);
+    // build_ids.c ignores arguments after its own: a hostile command line for the process line.
+    let out = {
+        let _alone = alone();
+        Command::new(&prog)
+            .args(["hot", "0.5"])
+            .args(hostile_arguments())
+            .env("LD_PRELOAD", lib())
+            .env("CPUPROFILE", &profile)
+            .output()
+            .unwrap()
+    };
+    assert!(out.status.success(), "{out:?}");
     assert!(build_id_lines(&profile).len() >= 2, "the program and libc at least");
+    let text = String::from_utf8_lossy(&std::fs::read(&profile).unwrap()).into_owned();
+    let process = read_profile(&profile).maps.process.expect("a # process line");
+    let args: Vec<Vec<u8>> = [prog.as_os_str().to_owned(), "hot".into(), "0.5".into()]
+        .into_iter()
+        .chain(hostile_arguments())
+        .map(std::os::unix::ffi::OsStringExt::into_vec)
+        .collect();
+    assert_eq!(process.args, args, "{text}");
+    assert_eq!((process.ppid, process.forked), (std::process::id(), false));
+    let line = text.lines().find(|l| l.starts_with("# process ")).unwrap();
+    assert!(!line.contains(['=', ']']), "{line}");
+    // The arguments' line breaks stay inside the line: no fake mapping or build-id.
+    let maps = read_profile(&profile).maps;
+    assert!(maps.entries.iter().all(|e| e.path != "/bin/fake"), "{line}");
+    assert_eq!(text.matches("\n# build-id 1000-2000").count(), 0, "{line}");
     let stripped = without_build_ids(&profile);
     assert!(build_id_lines(&stripped).is_empty());
-    assert!(String::from_utf8_lossy(&std::fs::read(&profile).unwrap()).contains("\n# signal-weights "));
-    assert!(!String::from_utf8_lossy(&std::fs::read(&stripped).unwrap()).contains("# signal-weights"));
+    assert!(text.contains("\n# signal-weights "));
+    let stripped_text = String::from_utf8_lossy(&std::fs::read(&stripped).unwrap()).into_owned();
+    assert!(!stripped_text.contains("# signal-weights") && !stripped_text.contains("# process"));
     let (prog_s, with, without) = (
         prog.to_str().unwrap(),
         profile.to_str().unwrap(),

@@ -30,7 +30,10 @@ fn what_a_program_captures_of_its_children_is_unchanged() {
         "captured output"
     );
     let stdout = String::from_utf8_lossy(&plain.stdout);
-    assert!(stdout.contains("system 300 failed 0") && stdout.contains("captured: to-stderr"), "{stdout}");
+    assert!(
+        stdout.contains("system 300 failed 0") && stdout.contains("captured: to-stderr"),
+        "{stdout}"
+    );
     // Only the program the user started speaks.
     let stderr = String::from_utf8_lossy(&profiled.stderr);
     assert_eq!(stderr.matches("PROFILE:").count(), 1, "{stderr}");

@@ -55,11 +55,19 @@ fn empty_profile_is_exactly_header_trailer_and_maps() {
     let build_ids = maps_text.lines().filter(|l| l.starts_with("# build-id ")).count();
     let weights = maps_text.lines().filter(|l| l.starts_with("# signal-weights ")).count();
     assert_eq!(weights, 1, "one signal-weights line");
+    let process = maps_text.lines().filter(|l| l.starts_with("# process ")).count();
+    assert_eq!(process, 1, "one process line");
     assert_eq!(
-        maps.entries.len() + build_ids + weights,
+        maps.entries.len() + build_ids + weights + process,
         maps_text.lines().count(),
-        "every line is a mapping line, a build-id line or the signal-weights line"
+        "every line is a mapping line, a build-id line, the signal-weights or the process line"
     );
+    let process = maps.process.expect("the process line reads");
+    assert_eq!((process.pid, process.forked), (std::process::id(), false));
+    let args: Vec<Vec<u8>> = std::env::args_os()
+        .map(std::os::unix::ffi::OsStringExt::into_vec)
+        .collect();
+    assert_eq!(process.args, args);
     assert!(build_ids > 0, "the test binary and libc have build-ids");
     let exe = std::env::current_exe().unwrap();
     assert!(maps

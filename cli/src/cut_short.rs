@@ -182,8 +182,7 @@ fn rebuild_maps(file: &Path, bytes: &[u8], locator: &Locator) -> Result<(Maps, S
     Ok((
         Maps {
             entries,
-            signal_weights: None,
-            contexts: Default::default(),
+            ..Maps::default()
         },
         format!("Using the maps of {path} ({named_by}), loaded at {bias:#x}"),
     ))

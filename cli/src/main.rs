@@ -184,7 +184,8 @@ enum Command {
         #[arg(short = 'n', long, default_value_t = 10)]
         count: usize,
         /// How the processes are reported: `auto`, one report per program with the processes
-        /// of one executable merged; `all` (or `--merge` alone), all in one; `none`, each alone.
+        /// of one executable merged (split by Chromium-style `--type=`); `all` (or `--merge`
+        /// alone), all in one; `none`, each alone.
         #[arg(long, value_enum, default_value = "auto", num_args = 0..=1, default_missing_value = "all")]
         merge: record::MergeMode,
         /// Also write each report as a self-contained HTML page beside its profile (`cpuprof

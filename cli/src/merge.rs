@@ -79,6 +79,13 @@ pub fn merge(profiles: &[(String, Profile)]) -> Result<(Vec<u8>, u64), String> {
     if let Some(weights) = weights {
         text.push_str(&weights.line());
     }
+    // The process that wrote the profiles, if they all say the same one (a profile merged with
+    // itself, or snapshots of one process); profiles of different processes name none.
+    if let Some(process) = &first.maps.process {
+        if profiles.iter().all(|(_, p)| p.maps.process.as_ref() == Some(process)) {
+            text.push_str(&process.line());
+        }
+    }
     Ok((out.finish(text.as_bytes()).map_err(|e| e.to_string())?, total))
 }
 
@@ -145,6 +152,29 @@ mod tests {
         let extra = merged.maps.find(samples[1].0[0]).unwrap();
         assert_eq!(extra.path, "/lib/extra.so");
         assert_eq!(samples[1].0[0] - extra.start, 0x100);
+    }
+
+    #[test]
+    fn the_process_line_is_kept_only_when_every_profile_has_the_same() {
+        use cpuprof::format::ProcessLine;
+        let with = |pid: u32| {
+            let mut p = profile(0x10000, &[], &[(&[0x10010], 1)]);
+            p.maps.process = Some(ProcessLine {
+                pid,
+                ppid: 1,
+                forked: false,
+                args: vec![b"app".to_vec(), b"a=b ]".to_vec()],
+            });
+            p
+        };
+        let merged = |profiles: Vec<Profile>| {
+            let named: Vec<(String, Profile)> = profiles.into_iter().map(|p| ("p".to_string(), p)).collect();
+            Profile::parse(&merge(&named).unwrap().0).unwrap().maps.process
+        };
+        assert_eq!(merged(vec![with(5), with(5)]), with(5).maps.process);
+        assert_eq!(merged(vec![with(5), with(6)]), None);
+        assert_eq!(merged(vec![with(5), profile(0x10000, &[], &[])]), None);
+        assert_eq!(merged(vec![profile(0x10000, &[], &[]), with(5)]), None);
     }
 
     #[test]

@@ -99,6 +99,20 @@ pub fn dump(profile: &Profile) -> String {
         "format: {}\nperiod: {} us\nrecords: {}\n",
         profile.format, profile.period_us, profile.records
     );
+    if let Some(p) = &profile.maps.process {
+        let origin = if p.forked {
+            "forked from a profiled parent"
+        } else {
+            "started"
+        };
+        let _ = writeln!(
+            out,
+            "process: pid {}, parent {}, {origin}\ncommand: {}",
+            p.pid,
+            p.ppid,
+            p.command_line()
+        );
+    }
     for s in &profile.samples {
         let pcs: Vec<String> = s.pcs.iter().map(|pc| format!("{pc:#x}")).collect();
         let _ = writeln!(out, "{:>8} {}", s.count, pcs.join(" "));

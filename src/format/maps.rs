@@ -3,6 +3,7 @@
 //! offset, and with which build-id.
 
 use super::build_id;
+use super::process::ProcessLine;
 use super::sample_context::SampleContexts;
 use super::signal_weights::SignalWeights;
 use std::collections::HashMap;
@@ -48,6 +49,9 @@ pub struct Maps {
     pub entries: Vec<MapEntry>,
     /// The signals behind the samples, from a `# signal-weights` line; `None` when not recorded.
     pub signal_weights: Option<SignalWeights>,
+    /// The process that wrote the profile, from a `# process` line; `None` when not recorded
+    /// (gperftools' profiles, cpuprof's before the line, `merge` of different processes).
+    pub process: Option<ProcessLine>,
     /// Wall-clock profiles: each record's thread and state, and the threads' names.
     pub contexts: SampleContexts,
 }
@@ -56,8 +60,8 @@ impl Maps {
     /// Parses the text section. Unrecognised lines are skipped, as the format requires;
     /// `$build` in paths is replaced by the path of the last `build=` line; a `# build-id`
     /// line gives its build-id to the mapping with its address range; a `# signal-weights`
-    /// line gives the profile's signal weights; `# context` and `# thread` lines give the
-    /// records' contexts.
+    /// line gives the profile's signal weights; a `# process` line the process that wrote it;
+    /// `# context` and `# thread` lines give the records' contexts.
     ///
     /// Never fails: text that is not UTF-8 is read lossily, and anything unrecognisable is
     /// skipped.
@@ -86,6 +90,7 @@ impl Maps {
         let mut entries = Vec::new();
         let mut build_ids = HashMap::new();
         let mut signal_weights = None;
+        let mut process = None;
         let mut contexts = SampleContexts::default();
         for line in text.lines() {
             if let Some(path) = line.trim_start().strip_prefix("build=") {
@@ -98,6 +103,10 @@ impl Maps {
             }
             if let Some(weights) = SignalWeights::parse_line(line) {
                 signal_weights = signal_weights.or(Some(weights));
+                continue;
+            }
+            if let Some(line) = ProcessLine::parse_line(line) {
+                process = process.or(Some(line));
                 continue;
             }
             if contexts.parse_line(line) {
@@ -119,6 +128,7 @@ impl Maps {
         Maps {
             entries,
             signal_weights,
+            process,
             contexts,
         }
     }

@@ -9,8 +9,8 @@
 //! * [`ProfileWriter`] writes one, record by record, to any [`std::io::Write`].
 //! * [`Maps`] parses the mapping lines at the end of a profile (the process's
 //!   `/proc/self/maps`), with the lines cpuprof adds after them: [`build_id`]s,
-//!   [`SignalWeights`], and the threads and states of wall-clock samples
-//!   ([`sample_context`]).
+//!   [`SignalWeights`], the [`ProcessLine`] of the process that wrote the profile, and the
+//!   threads and states of wall-clock samples ([`sample_context`]).
 //! * [`pprof::Pprof`] turns a parsed profile into pprof's `profile.proto`, for `go tool pprof`,
 //!   Pyroscope, Parca or speedscope.
 //! * [`database`] names the files of a profile database (one directory per epoch).
@@ -45,6 +45,7 @@ pub mod database;
 pub mod fast_hash;
 pub mod maps;
 pub mod pprof;
+pub mod process;
 pub mod reader;
 pub mod sample_context;
 pub mod signal_weights;
@@ -52,6 +53,7 @@ pub mod writer;
 
 pub use fast_hash::FastHash;
 pub use maps::{MapEntry, Maps};
+pub use process::ProcessLine;
 pub use reader::{scan, ParseError, ParseErrorKind, Profile, Record, Sample, Scan};
 pub use sample_context::{ReadContext, SampleContext, SampleContexts, StateKind, ThreadState};
 pub use signal_weights::SignalWeights;

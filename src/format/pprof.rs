@@ -122,6 +122,9 @@ pub struct Pprof {
     pub locations: Vec<Location>,
     /// The call chains and their counts.
     pub samples: Vec<Sample>,
+    /// Free-form notes on the profile (`Profile.comment`; `go tool pprof -comments` prints
+    /// them).
+    pub comments: Vec<String>,
 }
 
 impl Pprof {
@@ -134,7 +137,9 @@ impl Pprof {
     ///
     /// `frames` is called once per distinct address, `build_id` once per executable mapping
     /// without a recorded build-id. `time_ns` and `duration_ns` are left 0 for the caller to
-    /// fill in if it knows them. A wall-clock profile's samples get the labels `thread`,
+    /// fill in if it knows them. A profile's `# process` line becomes a comment
+    /// (`process PID (parent PPID, started|forked): COMMAND LINE`). A wall-clock profile's
+    /// samples get the labels `thread`,
     /// `thread_id`, `state` (`on-cpu`, `runnable`, `blocked`) and, when known, `syscall`.
     ///
     /// See [`Pprof`] for an example.
@@ -149,6 +154,15 @@ impl Pprof {
             period_ns: profile.period_us * 1000,
             ..Pprof::default()
         };
+        if let Some(p) = &profile.maps.process {
+            let origin = if p.forked { "forked" } else { "started" };
+            pprof.comments.push(format!(
+                "process {} (parent {}, {origin}): {}",
+                p.pid,
+                p.ppid,
+                p.command_line()
+            ));
+        }
         let mut mapping_of_entry: HashMap<usize, usize> = HashMap::new();
         for (i, entry) in profile.maps.entries.iter().enumerate() {
             if entry.is_executable() {
@@ -319,6 +333,7 @@ impl Pprof {
                 uint(m, 4, file);
             });
         }
+        let comments: Vec<u64> = self.comments.iter().map(|c| strings.id(c)).collect();
         for s in &strings.list {
             key(&mut out, 6, 2);
             varint(&mut out, s.len() as u64);
@@ -331,6 +346,10 @@ impl Pprof {
             uint(m, 2, nanoseconds);
         });
         uint(&mut out, 12, self.period_ns);
+        for comment in comments {
+            key(&mut out, 13, 0);
+            varint(&mut out, comment);
+        }
         out
     }
 }
@@ -451,6 +470,30 @@ mod tests {
         let ids: Vec<&str> = pprof.mappings.iter().map(|m| m.build_id.as_str()).collect();
         assert_eq!(ids, ["aabbcc", "from-file"]);
         assert_eq!(asked, ["/lib/x.so"], "the file is read only where nothing was recorded");
+    }
+
+    #[test]
+    fn the_process_line_is_a_comment() {
+        let mut w = crate::format::ProfileWriter::new(Vec::new(), crate::format::SlotFormat::LE64, 10_000).unwrap();
+        w.write_record(1, &[0x1010]).unwrap();
+        let maps = b"1000-2000 r-xp 00000000 08:01 5 /bin/app\n# process 42 7 forked /bin/app --x%3Dy a%20b\n";
+        let profile = Profile::parse(&w.finish(maps).unwrap()).unwrap();
+        let pprof = Pprof::from_profile(&profile, |_| Vec::new(), |_| String::new());
+        let comment = r#"process 42 (parent 7, forked): /bin/app --x=y "a b""#;
+        assert_eq!(pprof.comments, [comment]);
+        let top = fields(&pprof.encode());
+        let strings: Vec<Vec<u8>> = top
+            .iter()
+            .filter(|(f, _)| *f == 6)
+            .map(|(_, v)| v.clone().unwrap_err())
+            .collect();
+        let ids: Vec<u64> = top
+            .iter()
+            .filter(|(f, _)| *f == 13)
+            .map(|(_, v)| *v.as_ref().unwrap())
+            .collect();
+        assert_eq!(ids.len(), 1);
+        assert_eq!(strings[ids[0] as usize], comment.as_bytes());
     }
 
     #[test]

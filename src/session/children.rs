@@ -51,6 +51,9 @@ struct Family {
 static FAMILY: AtomicPtr<Family> = AtomicPtr::new(std::ptr::null_mut());
 /// Whether this process is a forked child with a profile of its own, not yet completed.
 static PROFILED_CHILD: AtomicBool = AtomicBool::new(false);
+/// Whether this process's profile continues a profiled parent's across `fork` (the `forked`
+/// field of its `# process` line).
+static FORKED_CHILD: AtomicBool = AtomicBool::new(false);
 /// Which of [`fork_locks`] the fork handlers hold (bit i: lock i).
 static HELD: AtomicU32 = AtomicU32::new(0);
 
@@ -65,7 +68,7 @@ pub fn install_fork_handlers() {
 }
 
 /// Every lock of cpuprof's that the child may take, outermost first.
-fn fork_locks() -> [&'static dyn ForkLock; 12] {
+fn fork_locks() -> [&'static dyn ForkLock; 13] {
     [
         global::fork_lock(),
         super::fork_locks()[0],
@@ -77,6 +80,7 @@ fn fork_locks() -> [&'static dyn ForkLock; 12] {
         crate::unwind::rbx_cfa::fork_lock(),
         crate::sys::procfs::fork_locks()[0],
         crate::sys::procfs::fork_locks()[1],
+        crate::sys::procfs::fork_locks()[2],
         crate::sys::thread_names::fork_lock(),
         crate::sys::thread::fork_lock(),
     ]
@@ -131,6 +135,7 @@ extern "C" fn in_child() {
     // The parent's endpoint sockets: the child has no thread serving them.
     crate::http::in_forked_child();
     PROFILED_CHILD.store(false, Ordering::SeqCst);
+    FORKED_CHILD.store(false, Ordering::SeqCst);
     CHILD_PATHS.store(std::ptr::null_mut(), Ordering::SeqCst);
     if !consistent {
         // A lock stayed held by a thread that does not exist here: the state it guards may be
@@ -161,6 +166,7 @@ fn start_child(parent: &Session) -> Option<Session> {
             }
             count(|f| &f.started);
             PROFILED_CHILD.store(true, Ordering::SeqCst);
+            FORKED_CHILD.store(true, Ordering::SeqCst);
             Some(child)
         }
         Err(_) => {
@@ -186,6 +192,12 @@ fn remember_paths(path: &std::path::Path) {
     if let (Ok(path), Ok(kept)) = (CString::new(bytes), CString::new(kept)) {
         CHILD_PATHS.store(Box::into_raw(Box::new((path, kept))), Ordering::SeqCst);
     }
+}
+
+/// Whether this process's profile was started by `fork` from a profiled parent's.
+/// Async-signal-safe.
+pub fn is_forked_child() -> bool {
+    FORKED_CHILD.load(Ordering::SeqCst)
 }
 
 /// Whether this process is a forked child whose own profile runs. Async-signal-safe.

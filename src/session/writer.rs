@@ -22,7 +22,7 @@ use super::epochs::{Database, Epoch};
 use super::mappings::SeenMappings;
 use super::timing;
 use super::OutputFile;
-use crate::format::{SampleContext, SignalWeights, SlotFormat, TRAILER};
+use crate::format::{ProcessLine, SampleContext, SignalWeights, SlotFormat, TRAILER};
 use crate::sampler::{self, SampleSource, SamplerState};
 use crate::sys::futex;
 use crate::sys::procfs::read_self_maps;
@@ -563,8 +563,22 @@ impl Output {
     }
 }
 
-/// What follows the trailer: the maps (with build-ids), the samples' signal weights, and the
-/// records' contexts.
+/// The `# process` line of this process as it is now: ids, origin, and `/proc/self/cmdline`
+/// (no arguments if it cannot be read).
+fn process_line() -> String {
+    let args = crate::sys::procfs::read_self_cmdline(crate::format::process::MAX_COMMAND_LINE);
+    ProcessLine {
+        pid: std::process::id(),
+        // SAFETY: getppid has no preconditions.
+        ppid: unsafe { libc::getppid() } as u32,
+        forked: super::children::is_forked_child(),
+        args: ProcessLine::args_of_cmdline(&args.unwrap_or_default()),
+    }
+    .line()
+}
+
+/// What follows the trailer: the maps (with build-ids), the samples' signal weights, the
+/// process that wrote the profile, and the records' contexts.
 fn trailer_text(mappings: &mut SeenMappings, weights: SignalWeights, contexts: &RecordContexts) -> Vec<u8> {
     let maps = read_self_maps();
     // The program may have closed or reused the descriptor since the last tick: read ELF
@@ -573,6 +587,7 @@ fn trailer_text(mappings: &mut SeenMappings, weights: SignalWeights, contexts: &
     mappings.read_build_ids(&maps);
     let mut text = mappings.complete(&maps);
     text.extend_from_slice(weights.line().as_bytes());
+    text.extend_from_slice(process_line().as_bytes());
     text.extend_from_slice(&contexts.text());
     text
 }
@@ -699,6 +714,20 @@ impl OutputFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_process_line_names_this_process_and_its_arguments() {
+        let line = process_line();
+        let p = ProcessLine::parse_line(&line).unwrap_or_else(|| panic!("{line}"));
+        assert_eq!(p.pid, std::process::id());
+        // SAFETY: getppid has no preconditions.
+        assert_eq!(p.ppid, unsafe { libc::getppid() } as u32);
+        assert!(!p.forked);
+        let args: Vec<Vec<u8>> = std::env::args_os()
+            .map(|a| std::os::unix::ffi::OsStrExt::as_bytes(a.as_os_str()).to_vec())
+            .collect();
+        assert_eq!(p.args, args);
+    }
 
     #[test]
     fn the_tick_follows_the_eviction_rate() {

@@ -1,4 +1,5 @@
-//! `/proc/self/maps` and `/proc/self/task`, read through descriptors opened once.
+//! `/proc/self/maps`, `/proc/self/task` and `/proc/self/cmdline`, read through descriptors
+//! opened once.
 //!
 //! The writer thread reads `/proc/self/task` every tick and `/proc/self/maps` whenever code is
 //! loaded or a new thread's stack must be found. Opening them each time made a transient
@@ -23,6 +24,7 @@ struct Cached {
 
 static MAPS: Mutex<Option<Cached>> = Mutex::new(None);
 static TASK: Mutex<Option<Cached>> = Mutex::new(None);
+static CMDLINE: Mutex<Option<Cached>> = Mutex::new(None);
 
 /// Runs `read` on the cached descriptor of `path`, opening it first if needed.
 fn with_cached<R>(slot: &Mutex<Option<Cached>>, path: &str, read: impl FnOnce(RawFd) -> R) -> Option<R> {
@@ -49,43 +51,54 @@ fn with_cached<R>(slot: &Mutex<Option<Cached>>, path: &str, read: impl FnOnce(Ra
 }
 
 /// The cached descriptors' locks, held across `fork` (`session::children`).
-pub(crate) fn fork_locks() -> [&'static dyn crate::sync::ForkLock; 2] {
-    [&MAPS, &TASK]
+pub(crate) fn fork_locks() -> [&'static dyn crate::sync::ForkLock; 3] {
+    [&MAPS, &TASK, &CMDLINE]
 }
 
-/// Closes both descriptors (those still ours); the next read opens them again.
+/// Closes the descriptors (those still ours); the next read opens them again.
 pub fn close() {
     drop(MAPS.lock().take());
     drop(TASK.lock().take());
+    drop(CMDLINE.lock().take());
 }
 
 /// The text of `/proc/self/maps` (empty if it cannot be read).
 pub fn read_self_maps() -> Vec<u8> {
-    with_cached(&MAPS, "/proc/self/maps", |fd| {
-        let mut text: Vec<u8> = Vec::with_capacity(1 << 16);
-        loop {
-            text.reserve(1 << 16);
-            let spare = text.capacity() - text.len();
-            // SAFETY: reads into the vector's spare capacity, then extends its length by what
-            // was read.
-            let n = unsafe {
-                libc::pread(
-                    fd,
-                    text.as_mut_ptr().add(text.len()) as *mut libc::c_void,
-                    spare,
-                    text.len() as libc::off_t,
-                )
-            };
-            match n {
-                0 => break,
-                n if n > 0 => unsafe { text.set_len(text.len() + n as usize) },
-                _ if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) => {}
-                _ => break,
-            }
+    with_cached(&MAPS, "/proc/self/maps", |fd| read_from_start(fd, usize::MAX)).unwrap_or_default()
+}
+
+/// The first `limit` bytes of `/proc/self/cmdline` (the arguments, each followed by a NUL, or
+/// the title the program wrote over them); `None` if it cannot be read (out of descriptors).
+/// Read when a profile is completed: the descriptor is kept, so that an epoch's end or a
+/// snapshot does not open a file while the program runs.
+pub fn read_self_cmdline(limit: usize) -> Option<Vec<u8>> {
+    with_cached(&CMDLINE, "/proc/self/cmdline", |fd| read_from_start(fd, limit))
+}
+
+/// The file of `fd` from offset 0, up to `limit` bytes (those read before an error).
+fn read_from_start(fd: RawFd, limit: usize) -> Vec<u8> {
+    let mut text: Vec<u8> = Vec::with_capacity(limit.min(1 << 16));
+    while text.len() < limit {
+        text.reserve((limit - text.len()).min(1 << 16));
+        let spare = (text.capacity() - text.len()).min(limit - text.len());
+        // SAFETY: reads into the vector's spare capacity, then extends its length by what
+        // was read.
+        let n = unsafe {
+            libc::pread(
+                fd,
+                text.as_mut_ptr().add(text.len()) as *mut libc::c_void,
+                spare,
+                text.len() as libc::off_t,
+            )
+        };
+        match n {
+            0 => break,
+            n if n > 0 => unsafe { text.set_len(text.len() + n as usize) },
+            _ if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) => {}
+            _ => break,
         }
-        text
-    })
-    .unwrap_or_default()
+    }
+    text
 }
 
 /// How many threads the process has, from one `fstat` of the kept `/proc/self/task`
@@ -144,6 +157,15 @@ pub fn self_tids() -> Option<Vec<libc::pid_t>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_command_line_is_reread_through_one_descriptor_and_bounded() {
+        let whole = std::fs::read("/proc/self/cmdline").unwrap();
+        assert_eq!(read_self_cmdline(usize::MAX).as_deref(), Some(&whole[..]));
+        let fd = CMDLINE.lock().as_ref().unwrap().fd.raw();
+        assert_eq!(read_self_cmdline(3).as_deref(), Some(&whole[..3.min(whole.len())]));
+        assert_eq!(CMDLINE.lock().as_ref().unwrap().fd.raw(), fd, "the same descriptor");
+    }
 
     #[test]
     fn maps_and_tasks_are_reread_through_one_descriptor() {
