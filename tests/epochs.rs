@@ -350,9 +350,9 @@ fn soak_keeps_memory_descriptors_and_the_database_flat() {
     );
 }
 
-/// 4 processes at once, each forking a child that is not profiled and one that execs (a
-/// profiled process of its own), then exec'ing itself (same pid, same program, maybe the
-/// same epoch): every profiled process's samples are all there (none overwritten or
+/// 4 processes at once, each forking a child that computes (profiled from the fork) and one
+/// that execs (a profiled process of its own), then exec'ing itself (same pid, same program,
+/// maybe the same epoch): every profiled process's samples are all there (none overwritten or
 /// missing), and only profiled processes wrote files.
 #[test]
 fn four_processes_with_forks_and_execs_share_one_database() {
@@ -382,7 +382,7 @@ fn four_processes_with_forks_and_execs_share_one_database() {
                 cpu.insert(w[1].parse().unwrap(), w[3].parse().unwrap());
             }
         }
-        assert_eq!(cpu.len(), 8, "4 parents and their exec'ed children: {cpu:?}");
+        assert_eq!(cpu.len(), 12, "4 parents, their forked and their exec'ed children: {cpu:?}");
         let mut samples: HashMap<u32, u64> = HashMap::new();
         let files = finished_files(&db);
         for f in &files {
@@ -404,7 +404,7 @@ fn four_processes_with_forks_and_execs_share_one_database() {
             database(&db)
         );
         // The CLI takes the database as it is: one program (self-exec images, `~N`, are the same
-        // program and process), 8 processes, every sample.
+        // program and process), 12 processes, every sample.
         let listing = cpuprof(&["db", db.to_str().unwrap()]);
         let listing = String::from_utf8_lossy(&listing.stdout);
         let row = listing
@@ -415,7 +415,7 @@ fn four_processes_with_forks_and_execs_share_one_database() {
         let total: u64 = samples.values().sum();
         assert_eq!(
             cols[2..5],
-            ["8".to_string(), total.to_string(), "0".into()],
+            ["12".to_string(), total.to_string(), "0".into()],
             "{listing}"
         );
         assert!(listing.contains(": 1 programs,"), "{listing}");

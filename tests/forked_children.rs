@@ -237,14 +237,19 @@ fn no_thread_is_added_to_a_single_threaded_process() {
 }
 
 /// A single-threaded process writes its evicted records from the signal handler: with a small
-/// table, thousands of distinct chains evict all the time and nothing is lost.
+/// table (and ring), thousands of distinct chains at 4000 samples a second evict all the time,
+/// filling the ring many times over, and nothing is lost.
 #[test]
 fn a_single_threaded_process_loses_no_evicted_sample() {
     let dir = scratch_dir("stacks");
     let out = same_as_plain(
         &["stacks", "2"],
         &dir,
-        &[("CPUPROFILE_TABLE_ENTRIES", "64"), ("CPUPROFILE_FREQUENCY", "1000")],
+        &[
+            ("CPUPROFILE_TABLE_ENTRIES", "64"),
+            ("CPUPROFILE_FREQUENCY", "4000"),
+            ("CPUPROFILE_TIMER", "perf"),
+        ],
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     let summary = stderr

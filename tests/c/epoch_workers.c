@@ -1,8 +1,8 @@
 /* Several processes of one program writing one profile database (tests/epochs.rs):
  *   epoch_workers SECONDS          forks a child that burns SECONDS of CPU and leaves with
- *                                  _exit (a forked child is not profiled: it must write
- *                                  nothing), and a child that execs `epoch_workers SECONDS
- *                                  exec` (profiled as a process of its own); burns SECONDS
+ *                                  _exit (profiled as a process of its own, from the fork),
+ *                                  and a child that execs `epoch_workers SECONDS exec`
+ *                                  (profiled as a process of its own); burns SECONDS
  *                                  itself, waits for both, then execs itself as
  *                                  `epoch_workers SECONDS again` (same pid, same program)
  *   ... exec / again               burns SECONDS and exits
@@ -62,6 +62,7 @@ int main(int argc, char **argv) {
   pid_t forked = fork();
   if (forked == 0) {
     work(seconds);
+    report();
     _exit(0);
   }
   pid_t execed = fork();
@@ -76,8 +77,6 @@ int main(int argc, char **argv) {
   if (waitpid(execed, &status, 0) != execed || status != 0) failed = 1;
   if (failed) return 1;
   report();
-  /* execv, not execl: libcpuprof.so interposes the one and cannot the other (C-variadic). */
-  char *again[] = {argv[0], argv[1], "again", NULL};
-  execv("/proc/self/exe", again);
+  execl("/proc/self/exe", argv[0], argv[1], "again", (char *)NULL);
   return 127;
 }
