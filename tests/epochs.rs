@@ -382,7 +382,11 @@ fn four_processes_with_forks_and_execs_share_one_database() {
                 cpu.insert(w[1].parse().unwrap(), w[3].parse().unwrap());
             }
         }
-        assert_eq!(cpu.len(), 12, "4 parents, their forked and their exec'ed children: {cpu:?}");
+        assert_eq!(
+            cpu.len(),
+            12,
+            "4 parents, their forked and their exec'ed children: {cpu:?}"
+        );
         let mut samples: HashMap<u32, u64> = HashMap::new();
         let files = finished_files(&db);
         for f in &files {

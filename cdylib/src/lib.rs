@@ -15,6 +15,12 @@
 //! that if the exec fails. `execl`, `execle` and `execlp`, which are C-variadic (stable Rust
 //! cannot define them, and rustc exports no C symbol from a cdylib), are naked Rust functions
 //! that jump to C code gathering their arguments for the array forms.
+//!
+//! The waits that take a signal mask or set (`ppoll`, `pselect`, `epoll_pwait`, `epoll_pwait2`,
+//! `sigsuspend`, `sigwait`, `sigwaitinfo`, `sigtimedwait`) and `signalfd` are interposed so that
+//! a profiling signal a thread keeps pending neither interrupts the program's wait nor is handed
+//! to it as one of its own. Frames of ours that the program's threads can be unwound through
+//! (cancellation, `pthread_exit`) are `C-unwind`.
 
 use cpuprof_core::sampler::{signals, thread_timers, StartChain, ThreadFilter, ROOT_FRAMES};
 use cpuprof_core::session::epochs::{EpochOptions, MIN_EPOCH};
@@ -240,7 +246,9 @@ pub unsafe extern "C" fn signal(signal: c_int, handler: libc::sighandler_t) -> l
     signals::application_signal(signal, handler)
 }
 
-type StartRoutine = extern "C" fn(*mut c_void) -> *mut c_void;
+/// The program's start routine. `C-unwind`: a thread cancelled or ending with `pthread_exit`
+/// is unwound from inside it, through [`start_thread`], up to glibc's thread start.
+type StartRoutine = extern "C-unwind" fn(*mut c_void) -> *mut c_void;
 type PthreadCreate =
     unsafe extern "C" fn(*mut libc::pthread_t, *const libc::pthread_attr_t, StartRoutine, *mut c_void) -> c_int;
 
@@ -280,7 +288,10 @@ pub unsafe extern "C" fn pthread_create(
     rc
 }
 
-extern "C" fn start_thread(call: *mut c_void) -> *mut c_void {
+/// The start routine glibc runs for a thread made through our `pthread_create`. `C-unwind`, as
+/// the program's: cancellation and `pthread_exit` unwind through this frame (nothing of ours
+/// runs after `start` returns, and nothing here has a destructor left to run by then).
+extern "C-unwind" fn start_thread(call: *mut c_void) -> *mut c_void {
     // SAFETY: `call` is the box made by our pthread_create for this thread.
     let (start, arg) = *unsafe { Box::from_raw(call as *mut (StartRoutine, *mut c_void)) };
     let mut callers = [0u64; ROOT_FRAMES];
@@ -322,9 +333,10 @@ enum Real {
     Sigwait,
     Sigwaitinfo,
     Sigtimedwait,
+    Signalfd,
 }
 
-const REAL_NAMES: [&CStr; 17] = [
+const REAL_NAMES: [&CStr; 18] = [
     c"_exit",
     c"_Exit",
     c"quick_exit",
@@ -342,11 +354,12 @@ const REAL_NAMES: [&CStr; 17] = [
     c"sigwait",
     c"sigwaitinfo",
     c"sigtimedwait",
+    c"signalfd",
 ];
 
 /// Their addresses, found once at load: dlsym takes the loader's lock and may allocate, and
 /// these are called from signal handlers and vfork children.
-static REAL: [AtomicUsize; 17] = [const { AtomicUsize::new(0) }; 17];
+static REAL: [AtomicUsize; 18] = [const { AtomicUsize::new(0) }; 18];
 
 fn resolve_real_functions() {
     for (slot, name) in REAL.iter().zip(REAL_NAMES) {
@@ -611,6 +624,11 @@ pub unsafe extern "C" fn ProfilerGetStackTrace(
 /// (`signals::keep_profiling_signals_blocked`): a signal left pending by a thread that blocks it
 /// while running must not interrupt the program's wait. Without glibc's function (epoll_pwait2
 /// before 2.35) the program could not have called it: ENOSYS.
+///
+/// These waits and the sigwait family are cancellation points: glibc cancels a thread blocked
+/// in one by unwinding it from inside glibc's function, through the interposer's frame. So the
+/// interposers and glibc's functions are `C-unwind`, and nothing runs after the call (there is
+/// nothing to undo: the mask or set given to glibc is a copy on the stack).
 macro_rules! masked_wait {
     ($name:ident, $which:ident, ($($arg:ident: $ty:ty),*), $mask:ident) => {
         /// Interposed: the program's call, with the profiling signals kept blocked in its mask.
@@ -618,8 +636,8 @@ macro_rules! masked_wait {
         /// # Safety
         /// The arguments of the libc function of the same name.
         #[no_mangle]
-        pub unsafe extern "C" fn $name($($arg: $ty,)* $mask: *const libc::sigset_t) -> c_int {
-            type F = unsafe extern "C" fn($($ty,)* *const libc::sigset_t) -> c_int;
+        pub unsafe extern "C-unwind" fn $name($($arg: $ty,)* $mask: *const libc::sigset_t) -> c_int {
+            type F = unsafe extern "C-unwind" fn($($ty,)* *const libc::sigset_t) -> c_int;
             let mut copy: libc::sigset_t = std::mem::zeroed();
             let mask = signals::keep_profiling_signals_blocked($mask, &mut copy);
             match real::<F>(Real::$which) {
@@ -648,8 +666,8 @@ macro_rules! signal_wait {
         /// # Safety
         /// The arguments of the libc function of the same name.
         #[no_mangle]
-        pub unsafe extern "C" fn $name(set: *const libc::sigset_t, $($arg: $ty),*) -> c_int {
-            type F = unsafe extern "C" fn(*const libc::sigset_t, $($ty),*) -> c_int;
+        pub unsafe extern "C-unwind" fn $name(set: *const libc::sigset_t, $($arg: $ty),*) -> c_int {
+            type F = unsafe extern "C-unwind" fn(*const libc::sigset_t, $($ty),*) -> c_int;
             let mut copy: libc::sigset_t = std::mem::zeroed();
             let set = signals::without_profiling_signals(set, &mut copy);
             match real::<F>(Real::$which) {
@@ -669,3 +687,22 @@ signal_wait!(sigtimedwait, Sigtimedwait, (info: *mut libc::siginfo_t, timeout: *
     *libc::__errno_location() = libc::ENOSYS;
     -1
 });
+
+/// Interposes `signalfd(2)`: the program's call, with the profiling signals taken out of its
+/// mask (`signals::without_profiling_signals`), for a new signalfd and for a new mask of an
+/// existing one. A daemon that blocks every signal and reads them all from a signalfd would
+/// otherwise read the profiling signal its threads keep pending as one of its own. Not a
+/// cancellation point.
+///
+/// # Safety
+/// The arguments of `signalfd(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn signalfd(fd: c_int, mask: *const libc::sigset_t, flags: c_int) -> c_int {
+    type F = unsafe extern "C" fn(c_int, *const libc::sigset_t, c_int) -> c_int;
+    let mut copy: libc::sigset_t = std::mem::zeroed();
+    let mask = signals::without_profiling_signals(mask, &mut copy);
+    match real::<F>(Real::Signalfd) {
+        Some(f) => f(fd, mask, flags),
+        None => enosys(),
+    }
+}

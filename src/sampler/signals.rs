@@ -302,14 +302,93 @@ pub fn install(signal: c_int, handler: SigInfoHandler) -> Result<(), SignalError
         // thread stacks are what the program itself runs on, and the handler needs ~3.5 KiB
         // below the interrupted SP (docs/UNWINDING.md, tests/c/headroom.c).
         action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-        libc::sigemptyset(&mut action.sa_mask);
+        action.sa_mask = handler_mask();
         if real_sigaction(signal, &action, std::ptr::null_mut()) != 0 {
             return Err(SignalError::Invalid { signal });
         }
     }
     OURS[index].store(handler as usize, Ordering::Release);
     shield_existing_handlers(signal);
+    if handler as usize == crate::sampler::handler::on_profiling_signal as SigInfoHandler as usize {
+        take_out_of_open_signalfds(signal);
+    }
     Ok(())
+}
+
+/// Signals the kernel raises for a fault of the running code: never held while our handlers
+/// run, so that a fault stays a fault (a blocked one kills the process at once).
+const SYNCHRONOUS: [c_int; 6] = [
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGILL,
+    libc::SIGFPE,
+    libc::SIGTRAP,
+    libc::SIGSYS,
+];
+
+/// glibc's internal signals, SIGCANCEL (32: thread cancellation) and SIGSETXID (33: `setuid`
+/// and friends in every thread), as bits `s - 1` of the kernel's signal set.
+const GLIBC_INTERNAL: u64 = 1 << (32 - 1) | 1 << (33 - 1);
+
+/// The signal mask our handlers run with: every asynchronous signal, glibc's internal ones
+/// included. No other handler can then run on top of ours, so nothing can leave our handler
+/// half-way: asynchronous cancellation (glibc unwinds the thread from its SIGCANCEL handler,
+/// through every frame below it, and a Rust `extern "C"` frame aborts the process when unwound),
+/// a program's handler that calls `pthread_exit`, throws or `siglongjmp`s (which would leave
+/// `IN_FLIGHT` raised for good). What arrives meanwhile waits the few microseconds until our
+/// handler returns. glibc's `sigfillset` and `sigaddset` leave out its internal signals, so their
+/// bits are set directly; its `sigaction` passes the mask to the kernel as it is (tested).
+fn handler_mask() -> libc::sigset_t {
+    // SAFETY: a zeroed sigset_t is valid; the set is ours to change.
+    unsafe {
+        let mut mask: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut mask);
+        for s in SYNCHRONOUS {
+            libc::sigdelset(&mut mask, s);
+        }
+        // Signals 1..64 are the first 64 bits of glibc's sigset_t, as of the kernel's.
+        *(&mut mask as *mut libc::sigset_t as *mut u64) |= GLIBC_INTERNAL;
+        mask
+    }
+}
+
+/// Takes `signal` out of the mask of every signalfd the process has open. Those created from
+/// now on are handled by `signalfd` itself (libcpuprof.so interposes it, see
+/// `without_profiling_signals`); one created before profiling chose its signal (a program that
+/// calls `ProfilerStart` late, `CPUPROFILESIGNAL`) would otherwise hand it to the program. Not
+/// for signal context. A signalfd created by another thread in the instant between this scan
+/// and its `signalfd` call seeing the handler can still hold the signal.
+fn take_out_of_open_signalfds(signal: c_int) {
+    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let bit = 1u64 << (signal - 1);
+    for entry in entries.flatten() {
+        let Some(fd) = entry.file_name().to_str().and_then(|n| n.parse::<c_int>().ok()) else {
+            continue;
+        };
+        if !std::fs::read_link(entry.path()).is_ok_and(|l| l.as_os_str() == "anon_inode:[signalfd]") {
+            continue;
+        }
+        // `sigmask:` is the set the program gave, in hex (fs/signalfd.c).
+        let mask = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}"))
+            .ok()
+            .and_then(|info| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix("sigmask:"))
+                    .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            });
+        let Some(mask) = mask.filter(|m| m & bit != 0) else {
+            continue;
+        };
+        // SAFETY: a zeroed sigset_t with its first 64 bits set; `signalfd` on an existing
+        // signalfd only replaces its mask (EINVAL if the number no longer is one).
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            *(&mut set as *mut libc::sigset_t as *mut u64) = mask & !bit;
+            libc::signalfd(fd, &set, 0);
+        }
+    }
 }
 
 /// Whether `handler` is the current handler of `signal`.
@@ -377,10 +456,12 @@ pub unsafe fn keep_profiling_signals_blocked(
     }
 }
 
-/// The set of signals a program waits for with `sigwait`, `sigwaitinfo` or `sigtimedwait`,
-/// without the profiling signals while their handler is ours: `copy` if any was removed, else
-/// `set` itself. A thread that blocks the profiling signal keeps its timer's signal pending,
-/// and a wait for every signal would hand it to the program as one of its own.
+/// The set of signals a program waits for with `sigwait`, `sigwaitinfo` or `sigtimedwait`, or
+/// reads from a `signalfd`, without the profiling signals while their handler is ours: `copy`
+/// if any was removed, else `set` itself. A thread that blocks the profiling signal keeps its
+/// timer's signal pending, and a wait for every signal (or a signalfd of every signal, as
+/// daemons that block them all make) would hand it to the program as one of its own. Under the
+/// process-wide timer the profiling signal is SIGPROF: it is left out too, as cpuprof's.
 ///
 /// # Safety
 /// `set` is null or points to a valid `sigset_t`.
@@ -471,6 +552,98 @@ mod tests {
                 libc::sigismember(&real.sa_mask, probe) == 1,
                 libc::sigismember(&seen.sa_mask, probe) == 1,
             )
+        }
+    }
+
+    /// The kernel's `struct sigaction` for x86_64 and aarch64 (both define `SA_RESTORER`).
+    #[repr(C)]
+    struct KernelSigaction {
+        handler: usize,
+        flags: u64,
+        restorer: usize,
+        mask: u64,
+    }
+
+    #[test]
+    fn our_handlers_hold_every_asynchronous_signal_and_glibcs_internal_ones() {
+        // Low: sessions in this test binary take real-time signals from the top.
+        let signal = libc::SIGRTMIN() + 2;
+        install(signal, ours).unwrap();
+        let mut kernel = KernelSigaction {
+            handler: 0,
+            flags: 0,
+            restorer: 0,
+            mask: 0,
+        };
+        // SAFETY: reads the disposition as the kernel holds it, past glibc: its sigaction must
+        // not have dropped the bits of its internal signals on the way in.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                signal,
+                std::ptr::null::<KernelSigaction>(),
+                &mut kernel as *mut KernelSigaction,
+                8usize,
+            )
+        };
+        assert_eq!(r, 0);
+        assert_eq!(kernel.handler, ours as SigInfoHandler as usize);
+        let held = |s: c_int| kernel.mask & (1 << (s - 1)) != 0;
+        assert!(held(32), "SIGCANCEL: {:#x}", kernel.mask);
+        assert!(held(33), "SIGSETXID: {:#x}", kernel.mask);
+        for s in [
+            libc::SIGPROF,
+            libc::SIGALRM,
+            libc::SIGUSR1,
+            libc::SIGTERM,
+            libc::SIGRTMIN(),
+            signal,
+        ] {
+            assert!(held(s), "signal {s}: {:#x}", kernel.mask);
+        }
+        for s in SYNCHRONOUS {
+            assert!(!held(s), "a fault stays a fault: signal {s}: {:#x}", kernel.mask);
+        }
+    }
+
+    /// The mask of signalfd `fd` as `/proc/self/fdinfo` shows it.
+    fn signalfd_mask(fd: c_int) -> u64 {
+        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap();
+        let hex = info.lines().find_map(|l| l.strip_prefix("sigmask:")).unwrap();
+        u64::from_str_radix(hex.trim(), 16).unwrap()
+    }
+
+    #[test]
+    fn signalfds_never_hold_the_profiling_signal() {
+        // Low: sessions in this test binary take real-time signals from the top.
+        let profiling = libc::SIGRTMIN() + 3;
+        let bit = |s: c_int| 1u64 << (s - 1);
+        // SAFETY: signalfds of signals nothing in this test binary sends, closed at the end.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, profiling);
+            libc::sigaddset(&mut set, libc::SIGTTIN);
+            let before = libc::signalfd(-1, &set, libc::SFD_CLOEXEC);
+            assert!(before >= 0);
+            assert_eq!(signalfd_mask(before), bit(profiling) | bit(libc::SIGTTIN));
+            install(profiling, crate::sampler::handler::on_profiling_signal).unwrap();
+            assert_eq!(
+                signalfd_mask(before),
+                bit(libc::SIGTTIN),
+                "a signalfd made before the profiling signal was chosen"
+            );
+            // Made later: the mask goes through `without_profiling_signals` (libcpuprof.so's
+            // signalfd), for a new signalfd and for a new mask of an existing one.
+            let mut copy: libc::sigset_t = std::mem::zeroed();
+            let mask = without_profiling_signals(&set, &mut copy);
+            let after = libc::signalfd(-1, mask, libc::SFD_CLOEXEC);
+            assert_eq!(signalfd_mask(after), bit(libc::SIGTTIN));
+            assert_eq!(libc::signalfd(before, mask, 0), before);
+            assert_eq!(signalfd_mask(before), bit(libc::SIGTTIN));
+            assert_eq!(libc::sigismember(&set, profiling), 1, "the program's set is left alone");
+            libc::close(before);
+            libc::close(after);
         }
     }
 

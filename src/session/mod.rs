@@ -527,8 +527,9 @@ impl Session {
         }
         sampler::default_actions::release();
         let wall = self.wall.take().map(wall::WallSampler::stop);
+        // Before the timers go: deleting a timer drops its pending signal (Linux 6.13 and later).
+        let (held_back, held_by_process) = pending(self.signal);
         let stopped = timing::stop(self.source);
-        let held_back = threads_with_pending(self.signal);
         let unpublished = sampler::unpublish();
         if unpublished.is_some() {
             // No handler can still re-arm these fds or read through the /proc/self/mem
@@ -606,7 +607,15 @@ impl Session {
                 crate::say!(
                     "cpuprof: {held_back} threads keep the profiling signal blocked while they run: their CPU time since \
                      their last sample is not in the profile (the signal is kept out of their waits' masks, where it \
-                     would interrupt the wait)"
+                     would interrupt the wait, and out of their sigwait sets and signalfds)"
+                );
+            }
+            if held_by_process {
+                eprintln!(
+                    "cpuprof: the process timer's signal ({}) is pending: the program's threads keep it blocked while \
+                     they run, and the CPU time since it was last taken is not in the profile (the signal is kept out \
+                     of their waits' masks, sigwait sets and signalfds)",
+                    crate::sampler::signals::signal_name(self.signal)
                 );
             }
             if !self.forked_child && self.options.follow_forks && self.options.in_memory.is_none() {
@@ -638,21 +647,28 @@ impl Session {
 }
 
 /// How many threads of the process have `signal` pending for themselves (`SigPnd` in
-/// `/proc/self/task/TID/status`): threads that block it while running, whose samples it holds.
-fn threads_with_pending(signal: std::ffi::c_int) -> usize {
-    let Some(tids) = crate::sys::procfs::self_tids() else {
-        return 0;
-    };
+/// `/proc/self/task/TID/status`): threads that block it while running, whose samples it holds
+/// (per-thread timers). And whether it is pending for the process (`ShdPnd`): the process
+/// timer's signal, when every thread blocks it (a daemon that takes its signals from a
+/// signalfd or sigwait blocks them all).
+fn pending(signal: std::ffi::c_int) -> (usize, bool) {
     let bit = 1u64 << (signal - 1);
-    tids.iter()
+    let has = |status: &str, field: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .is_some_and(|pending| pending & bit != 0)
+    };
+    let process = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| has(&s, "ShdPnd:"));
+    let Some(tids) = crate::sys::procfs::self_tids() else {
+        return (0, process);
+    };
+    let threads = tids
+        .iter()
         .filter(|tid| {
-            std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).is_ok_and(|status| {
-                status
-                    .lines()
-                    .find_map(|l| l.strip_prefix("SigPnd:"))
-                    .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-                    .is_some_and(|pending| pending & bit != 0)
-            })
+            std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).is_ok_and(|s| has(&s, "SigPnd:"))
         })
-        .count()
+        .count();
+    (threads, process)
 }

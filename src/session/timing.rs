@@ -101,7 +101,11 @@ fn describe(kind: ThreadTimerKind) -> &'static str {
 /// Only signals below `below` are taken.
 fn free_realtime_signal(below: c_int) -> Result<c_int, Error> {
     for signal in (libc::SIGRTMIN()..below.min(libc::SIGRTMAX() + 1)).rev() {
-        if signals::is_unhandled(signal) && signals::install(signal, on_profiling_signal).is_ok() {
+        // A signal an earlier profile of this process took is ours still (handlers are never
+        // reset): taken again rather than passed over, or each new profile would take the
+        // next lower one.
+        let free = signals::is_unhandled(signal) || signals::is_installed(signal, on_profiling_signal);
+        if free && signals::install(signal, on_profiling_signal).is_ok() {
             return Ok(signal);
         }
     }
