@@ -119,7 +119,7 @@ fn underscore_exit_from_a_sigterm_handler_completes_the_profile() {
 }
 
 #[test]
-fn a_forked_child_that_calls_underscore_exit_leaves_the_parent_file_alone() {
+fn a_forked_childs_underscore_exit_completes_its_own_file_not_the_parents() {
     for frequency in FREQUENCIES {
         let dir = scratch_dir(&format!("fork-exit-{frequency}"));
         let profile = dir.join("parent.prof");
@@ -131,11 +131,15 @@ fn a_forked_child_that_calls_underscore_exit_leaves_the_parent_file_alone() {
         assert!((0.5..0.75).contains(&s), "{frequency} Hz: {s:.2} s");
         let cum = cpuprof_top(&profile);
         assert_eq!(share(&cum, "burn_child"), 0.0, "{cum:?}");
+        // The child's own profile (session::children), completed by its _exit.
         let files: Vec<_> = std::fs::read_dir(&dir)
             .unwrap()
-            .map(|e| e.unwrap().file_name())
+            .map(|e| e.unwrap().path())
             .collect();
-        assert_eq!(files.len(), 1, "{files:?}");
+        assert_eq!(files.len(), 2, "{files:?}");
+        let child = files.iter().find(|f| **f != profile).unwrap();
+        let child_cum = cpuprof_top(child);
+        assert!(share(&child_cum, "burn_child") >= 90.0, "{child_cum:?}");
     }
 }
 

@@ -237,8 +237,10 @@ pub unsafe fn application_sigaction(signal: c_int, act: *const libc::sigaction, 
     let mut action = *act;
     let _changing = Changing::enter();
     let added = shield(signal, &mut action, our_signals());
+    let ours = OURS[index].load(Ordering::Acquire);
     let r = real_sigaction(signal, &action, old);
     if r == 0 {
+        let replaced_ours = old.as_ref().map_or(ours != 0, |o| o.sa_sigaction == ours && ours != 0);
         if let Some(old) = old.as_mut() {
             unshield(index, old);
             if held {
@@ -246,8 +248,25 @@ pub unsafe fn application_sigaction(signal: c_int, act: *const libc::sigaction, 
             }
         }
         SHIELDED[index].store(added, Ordering::Relaxed);
+        if replaced_ours && action.sa_sigaction != ours {
+            let hook = TAKEOVER_HOOK.load(Ordering::Acquire);
+            if hook != 0 {
+                // SAFETY: stored by `on_takeover` from a `fn(c_int)`.
+                unsafe { std::mem::transmute::<usize, fn(c_int)>(hook)(signal) };
+            }
+        }
     }
     r
+}
+
+/// Called when the program installs its own disposition over one of cpuprof's handlers.
+static TAKEOVER_HOOK: AtomicUsize = AtomicUsize::new(0);
+
+/// Has `hook` called, with the signal, when the program replaces one of cpuprof's handlers
+/// through the interposed `sigaction` (the session then stops sampling: see
+/// `session::timing::taken_over`). Called in the program's thread, inside its `sigaction`.
+pub fn on_takeover(hook: fn(c_int)) {
+    TAKEOVER_HOOK.store(hook as usize, Ordering::Release);
 }
 
 /// `signal(3)` for the application (libcpuprof.so interposes it: glibc's calls its internal

@@ -228,6 +228,13 @@ fn forget_writers_in_child() {
     std::mem::forget(LATE_WRITER.lock().take());
 }
 
+/// The program replaced one of cpuprof's signal handlers (through the interposed `sigaction`):
+/// a waiting writer starts, to notice it and stop sampling rather than feed the program's
+/// handler our signals (`timing::taken_over`; the writer checks at every tick).
+fn writer_notices_takeover(_signal: std::ffi::c_int) {
+    start_waiting_writer();
+}
+
 /// Spawns the writer thread now; returns it and its thread id.
 fn spawn_writer(pending: PendingWriter) -> Result<(JoinHandle<writer::Finished>, Option<libc::pid_t>), Error> {
     let (tid_tx, tid_rx) = std::sync::mpsc::channel();
@@ -377,6 +384,7 @@ impl Session {
             source,
             exit_summary: summary.then(|| path.to_path_buf()),
         };
+        crate::sampler::signals::on_takeover(writer_notices_takeover);
         let (writer_thread, writer_tid) = match threadless {
             Some(threadless) => {
                 threadless::publish(threadless);
