@@ -17,7 +17,31 @@ pub const WALK_STACK_BYTES: usize = 64 * 1024;
 pub struct Workspace {
     pub frames: Box<[u64]>,
     window: Box<[u64]>,
-    stack: Box<[u64]>,
+    stack: WalkStack,
+}
+
+/// A walk's stack: mapped on its own, so that the pages a walk never reaches cost nothing
+/// (`sys::pages`), or from the heap if the kernel refuses the mapping.
+enum WalkStack {
+    Pages(crate::sys::pages::ZeroedWords),
+    Heap(Box<[u64]>),
+}
+
+impl WalkStack {
+    fn new() -> WalkStack {
+        let words = WALK_STACK_BYTES / 8;
+        match crate::sys::pages::ZeroedWords::new(words) {
+            Some(pages) => WalkStack::Pages(pages),
+            None => WalkStack::Heap(vec![0; words].into_boxed_slice()),
+        }
+    }
+
+    fn words(&mut self) -> &mut [u64] {
+        match self {
+            WalkStack::Pages(pages) => pages.as_mut_slice(),
+            WalkStack::Heap(heap) => heap,
+        }
+    }
 }
 
 impl Workspace {
@@ -25,7 +49,7 @@ impl Workspace {
         Workspace {
             frames: vec![0; max_depth.max(1)].into_boxed_slice(),
             window: vec![0; MAX_WINDOW_WORDS].into_boxed_slice(),
-            stack: vec![0; WALK_STACK_BYTES / 8].into_boxed_slice(),
+            stack: WalkStack::new(),
         }
     }
 
@@ -43,7 +67,8 @@ impl Workspace {
             let call = unsafe { &mut *(call as *mut Call<'_, F>) };
             call.result = (call.f)(call.frames, call.window);
         }
-        let top = (self.stack.as_mut_ptr() as usize + self.stack.len() * 8) & !15;
+        let stack = self.stack.words();
+        let top = (stack.as_mut_ptr() as usize + stack.len() * 8) & !15;
         let mut call = Call {
             f: &mut f,
             frames: &mut self.frames,
@@ -64,10 +89,8 @@ mod tests {
     #[test]
     fn runs_on_its_own_stack_and_returns_the_result() {
         let mut ws = Workspace::new(8);
-        let (lo, hi) = (
-            ws.stack.as_ptr() as usize,
-            ws.stack.as_ptr() as usize + WALK_STACK_BYTES,
-        );
+        let stack = ws.stack.words().as_ptr() as usize;
+        let (lo, hi) = (stack, stack + WALK_STACK_BYTES);
         let n = ws.run(|frames, _| {
             let local = 0u8;
             let here = &local as *const u8 as usize;

@@ -9,6 +9,7 @@
 pub mod fd;
 pub mod futex;
 pub mod messages;
+pub mod pages;
 pub mod procfs;
 pub mod syscall_names;
 pub mod thread;
