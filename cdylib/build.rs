@@ -1,14 +1,15 @@
-//! Compiles the C-variadic exec functions (src/exec_variadic.c), and gives libcpuprof.so its soname, libcpuprof.so.<major>: a program linked with `-lcpuprof`
+//! Compiles the C-variadic interposers (src/variadic.c), and gives libcpuprof.so its soname,
+//! libcpuprof.so.<major>: a program linked with `-lcpuprof`
 //! then records that name (NEEDED), which `make install` provides as a symlink to the
 //! versioned file, so a later incompatible release can be installed beside this one.
 
 fn main() {
     cc::Build::new()
-        .file("src/exec_variadic.c")
+        .file("src/variadic.c")
         .flag("-fvisibility=hidden")
         .warnings(true)
-        .compile("cpuprof_exec_variadic");
-    println!("cargo:rerun-if-changed=src/exec_variadic.c");
+        .compile("cpuprof_variadic");
+    println!("cargo:rerun-if-changed=src/variadic.c");
     let major = std::env::var("CARGO_PKG_VERSION_MAJOR").expect("cargo sets CARGO_PKG_VERSION_MAJOR");
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libcpuprof.so.{major}");
     println!("cargo:rerun-if-changed=build.rs");

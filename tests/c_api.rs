@@ -55,6 +55,12 @@ fn exports_exactly_the_profiler_h_functions() {
         "execvpe",
         "fexecve",
         "execveat",
+        // C-variadic: naked functions jumping to C that gathers the arguments (execl*), or that
+        // starts a waiting writer before a thread is cloned (clone).
+        "execl",
+        "execlp",
+        "execle",
+        "clone",
         // Interposed so that a profiling signal left pending by a thread that blocks it does not
         // interrupt the program's waits nor get handed to its sigwait (issue 16).
         "ppoll",

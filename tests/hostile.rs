@@ -122,7 +122,12 @@ fn fork_without_exec_leaves_the_parent_profile_alone() {
         let children: Vec<PathBuf> = std::fs::read_dir(dir)
             .unwrap()
             .map(|e| e.unwrap().path())
-            .filter(|c| c.file_name().unwrap().to_string_lossy().starts_with(&format!("{name}_")))
+            .filter(|c| {
+                c.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with(&format!("{name}_"))
+            })
             .collect();
         // The parent burnt 0.6 s; the child's 0.3 s is in its own file (session::children),
         // not in (nor corrupting) the parent's.

@@ -132,10 +132,7 @@ fn a_forked_childs_underscore_exit_completes_its_own_file_not_the_parents() {
         let cum = cpuprof_top(&profile);
         assert_eq!(share(&cum, "burn_child"), 0.0, "{cum:?}");
         // The child's own profile (session::children), completed by its _exit.
-        let files: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
+        let files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
         assert_eq!(files.len(), 2, "{files:?}");
         let child = files.iter().find(|f| **f != profile).unwrap();
         let child_cum = cpuprof_top(child);

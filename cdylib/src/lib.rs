@@ -61,7 +61,10 @@ fn load() {
     let _ = unwind::safe_read::keep_open();
     // Forked children: their own profiles, and cpuprof's locks free in them.
     children::install_fork_handlers();
-    // Our pthread_create starts a waiting writer: a profile may start without a thread.
+    // Our pthread_create (and clone, for threads) starts a waiting writer: a profile may start
+    // without a thread.
+    // SAFETY: registers a plain function, called by the clone interposer (src/variadic.c).
+    unsafe { cpuprof_set_before_thread_clone(before_thread_clone) };
     threadless::enable_deferral();
     autostart::start_from_environment();
     cpuprof_core::http::serve_from_env();
@@ -451,7 +454,7 @@ fn enosys() -> c_int {
 }
 
 // The C-variadic exec functions: naked functions that jump, with the caller's registers and
-// stack untouched, to their C implementations (src/exec_variadic.c), which gather the
+// stack untouched, to their C implementations (src/variadic.c), which gather the
 // arguments and call the interposed array forms above and below.
 macro_rules! variadic_exec {
     ($name:ident, $shim:ident) => {
@@ -477,6 +480,17 @@ macro_rules! variadic_exec {
 variadic_exec!(execl, cpuprof_execl);
 variadic_exec!(execlp, cpuprof_execlp);
 variadic_exec!(execle, cpuprof_execle);
+// Not an exec, but C-variadic too: a thread made by glibc's clone wrapper starts a waiting
+// writer first, as pthread_create does (src/variadic.c).
+variadic_exec!(clone, cpuprof_clone);
+
+unsafe extern "C" {
+    fn cpuprof_set_before_thread_clone(hook: extern "C" fn());
+}
+
+extern "C" fn before_thread_clone() {
+    start_waiting_writer();
+}
 
 /// # Safety
 /// As `execve(2)`.

@@ -8,6 +8,7 @@ pub mod signals;
 mod thread_accounts;
 pub mod thread_timers;
 pub mod timer;
+pub mod unannounced;
 mod walk_stack;
 
 pub use crate::arch::{calling_registers, interrupted_registers};

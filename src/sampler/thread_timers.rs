@@ -640,9 +640,7 @@ fn arm_posix(tid: libc::pid_t, signal: c_int, period_ns: u64) -> io::Result<(lib
         if libc::timer_create(thread_cpu_clock(tid), &mut event, &mut id) != 0 {
             return Err(io::Error::last_os_error());
         }
-        // A random first expiry within one period, so threads shorter than a period are
-        // sampled in proportion to their length rather than never.
-        let first = 1 + random_below(period_ns);
+        let first = jittered_first(period_ns);
         let spec = libc::itimerspec {
             it_interval: timespec(period_ns),
             it_value: timespec(first),
@@ -658,7 +656,7 @@ fn arm_posix(tid: libc::pid_t, signal: c_int, period_ns: u64) -> io::Result<(lib
 
 /// The CPU-time clock of thread `tid` (what `pthread_getcpuclockid` computes from a pthread_t):
 /// `(~tid << 3) | CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED`.
-fn thread_cpu_clock(tid: libc::pid_t) -> libc::clockid_t {
+pub(super) fn thread_cpu_clock(tid: libc::pid_t) -> libc::clockid_t {
     ((!tid) << 3) | 4 | 2
 }
 
@@ -667,6 +665,12 @@ fn timespec(ns: u64) -> libc::timespec {
         tv_sec: (ns / 1_000_000_000) as libc::time_t,
         tv_nsec: (ns % 1_000_000_000) as libc::c_long,
     }
+}
+
+/// A thread timer's first expiry: random within one period, so threads shorter than a period
+/// are sampled in proportion to their length rather than never. Async-signal-safe.
+pub(super) fn jittered_first(period_ns: u64) -> u64 {
+    1 + random_below(period_ns)
 }
 
 /// A random number below `n`. Async-signal-safe: splitmix64 over a shared atomic counter

@@ -130,6 +130,7 @@ extern "C" fn in_child() {
     super::writer::forget_in_child();
     super::threadless::forget_in_child();
     crate::sampler::forget_in_forked_child();
+    crate::sampler::unannounced::forget_in_child();
     super::autostart::forget_in_child();
     crate::sampler::default_actions::forget_in_child();
     // The parent's endpoint sockets: the child has no thread serving them.

@@ -388,6 +388,10 @@ impl Session {
         let (writer_thread, writer_tid) = match threadless {
             Some(threadless) => {
                 threadless::publish(threadless);
+                if let SampleSource::ThreadTimers(_) = source {
+                    let period_ns = 1_000_000_000 / u64::from(options.frequency.max(1));
+                    sampler::unannounced::watch(signal, period_ns, sampler::thread_timers::gettid());
+                }
                 *WAITING_WRITER.lock() = Some(pending);
                 WRITER_WAITS.store(true, Ordering::SeqCst);
                 (None, None)

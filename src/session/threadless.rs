@@ -18,9 +18,10 @@
 //!   Without build-id lines (reading them allocates): readers then check binaries by inode.
 //!   `exit` and `ProfilerStop` start the writer, which completes the file as usual.
 //!
-//! Not done until the writer starts: the periodic harvest of the table's counts (a process
-//! killed by SIGKILL loses them), arming threads started by raw `clone` (which never pass the
-//! interposer), and noticing that the program took the profiling signal over (noticed at stop).
+//! Threads started by raw `clone` (which never pass the interposer) are armed by the handler
+//! (`sampler::unannounced`); the program taking the profiling signal over through `sigaction`
+//! starts the writer, which notices it. Not done until the writer starts: the periodic harvest
+//! of the table's counts (a process killed by SIGKILL loses them).
 //!
 //! Exactly one party writes the file at a time: [`OWNER`] is taken with a CAS by a handler's
 //! drain, an in-place completion or flush, or the hand-over to the writer thread; a handler
@@ -164,10 +165,13 @@ pub fn after_sample(state: &SamplerState) {
     if CURRENT.load(Ordering::Relaxed).is_null() {
         return;
     }
-    if state.table.ring_used_slots() * 2 < state.table.ring_capacity_slots() {
-        return;
-    }
-    with_file(|t| t.write_records(state, false));
+    with_file(|t| {
+        if state.table.ring_used_slots() * 2 >= state.table.ring_capacity_slots() {
+            t.write_records(state, false);
+        }
+        // Threads made by raw clone are armed here (no writer polls for them).
+        crate::sampler::unannounced::poll();
+    });
 }
 
 /// Writes the evicted records and the table's counts to the file now (`ProfilerFlush`).
@@ -252,6 +256,8 @@ pub fn hand_over() -> Option<HandedOver> {
         }
     }
     CURRENT.store(std::ptr::null_mut(), Ordering::SeqCst);
+    // The writer's poll arms every thread from now on.
+    crate::sampler::unannounced::release();
     // SAFETY: `ptr` came from Box::into_raw in `publish`; unpublished above.
     let t = unsafe { &*ptr };
     // The writer appends records at the descriptor's offset: the placeholder goes first.

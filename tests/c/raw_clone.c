@@ -12,7 +12,8 @@
  *       of its CPU time in raw_link and ends, then main burns MS ms. Prints "rounds N" and,
  *       on stderr, "cpu SECONDS".
  *   raw_clone churn THREADS           THREADS raw threads of ~1 ms of CPU, 8 at a time, each
- *       ending with the exit system call; then prints "threads N", "timers N" (POSIX timers
+ *       ending with the exit system call; then, after 0.3 s of sleep and 50 ms of CPU, prints
+ *       "threads N", "timers N" (POSIX timers
  *       the process holds), "perf_fds N" (perf event descriptors) and "sigqueue_ok N/100 received N" (each timer leaked would hold
  *       a slot of RLIMIT_SIGPENDING). */
 #define _GNU_SOURCE
@@ -164,7 +165,11 @@ int main(int argc, char **argv) {
       for (int i = 0; i < 8; i++) start(i, short_life, 0);
       for (int i = 0; i < 8; i++) join(i);
     }
-    usleep(300000); /* let the profiler's writer notice the threads have ended */
+    /* Let the profiler notice the threads have ended: its writer, within a tick; in a process
+     * that has no writer (it never called pthread_create), the signal handler, at the next
+     * sample of a thread that runs, as in any process that goes on. */
+    usleep(300000);
+    burn_for(50 * 1000 * 1000);
     printf("threads %d\ntimers %d\nperf_fds %d\n", count_dir("/proc/self/task", NULL),
            count_lines("/proc/self/timers", "ID:"), count_dir("/proc/self/fd", "perf_event"));
     signal(SIGRTMIN + 1, on_usr);

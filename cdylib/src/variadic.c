@@ -1,13 +1,24 @@
-/* The C-variadic members of the exec family, which stable Rust cannot define: each gathers
- * its arguments into an array and calls the array form, which libcpuprof.so interposes (so
- * the profile is prepared for the exec as for execv, execvp and execve). glibc's own execl,
- * execlp and execle call its internal execve directly, which no interposer sees: without
- * these a forked child's `fork(); execl(...)` skipped cpuprof's exec handling altogether.
+/* The C-variadic functions libcpuprof.so interposes, which stable Rust cannot define.
+ *
+ * execl, execlp, execle: each gathers its arguments into an array and calls the array form,
+ * which libcpuprof.so interposes (so the profile is prepared for the exec as for execv, execvp
+ * and execve). glibc's own call its internal execve directly, which no interposer sees:
+ * without these a forked child's `fork(); execl(...)` skipped cpuprof's exec handling.
+ *
+ * clone: a thread made with glibc's clone wrapper (CLONE_THREAD) rather than pthread_create
+ * starts the profile's waiting writer first, as pthread_create does (session::threadless):
+ * the writer's poll then finds and arms it, where the signal handler, which looks for such
+ * threads too, runs only while a thread already armed runs.
  *
  * The exported symbols are Rust naked functions that jump here (lib.rs): rustc exports only
  * Rust items from a cdylib. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #define HIDDEN __attribute__((visibility("hidden")))
@@ -68,4 +79,30 @@ HIDDEN int cpuprof_execle(const char *path, const char *arg, ...) {
   va_end(ap);
   argv[n] = NULL;
   return execve(path, argv, envp);
+}
+
+typedef int (*clone_fn)(int (*)(void *), void *, int, void *, ...);
+
+/* What runs before a thread is cloned (set once at load by lib.rs). */
+static void (*before_thread_clone)(void);
+
+HIDDEN void cpuprof_set_before_thread_clone(void (*hook)(void)) { before_thread_clone = hook; }
+
+HIDDEN int cpuprof_clone(int (*fn)(void *), void *stack, int flags, void *arg, ...) {
+  /* The optional arguments, passed on as received: glibc's clone reads only those its flags
+   * ask for. */
+  va_list ap;
+  va_start(ap, arg);
+  pid_t *parent_tid = va_arg(ap, pid_t *);
+  void *tls = va_arg(ap, void *);
+  pid_t *child_tid = va_arg(ap, pid_t *);
+  va_end(ap);
+  static clone_fn real;
+  if (real == NULL) real = (clone_fn)dlsym(RTLD_NEXT, "clone");
+  if (real == NULL) {
+    errno = ENOSYS;
+    return -1;
+  }
+  if ((flags & CLONE_THREAD) && before_thread_clone != NULL) before_thread_clone();
+  return real(fn, stack, flags, arg, parent_tid, tls, child_tid);
 }
