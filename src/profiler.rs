@@ -135,6 +135,14 @@ impl ProfilerBuilder {
         self
     }
 
+    /// Whether children the program forks (without exec) get profiles of their own,
+    /// `<path>_<pid>` (default: they do; `CPUPROFILE_FOLLOW_FORK=0`). Profiles kept in memory
+    /// are never followed.
+    pub fn follow_forks(mut self, on: bool) -> Self {
+        self.options.follow_forks = on;
+        self
+    }
+
     /// The most memory a profile kept in memory ([`start_in_memory`](Self::start_in_memory))
     /// may take, in bytes (default 256 MiB, at least 1 MiB): past it, samples are no longer
     /// recorded, and the summary and report say the profile is incomplete.

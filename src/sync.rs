@@ -96,6 +96,24 @@ impl<T> Mutex<T> {
         }
     }
 
+    /// Takes the lock, waiting for it as [`lock`](Self::lock) does (asleep, woken by the
+    /// holder's unlock) but no longer than `limit`. For the fork handlers: a thread that takes
+    /// and releases the lock in a tight loop would starve a waiter that only polls.
+    pub fn lock_within(&self, limit: Duration) -> Option<MutexGuard<'_, T>> {
+        if self.try_acquire() {
+            return Some(self.counted());
+        }
+        let deadline = futex::monotonic_now() + limit;
+        while self.word.swap(CONTENDED, Ordering::Acquire) != FREE {
+            let now = futex::monotonic_now();
+            if now >= deadline {
+                return None;
+            }
+            futex::wait(&self.word, CONTENDED, deadline - now);
+        }
+        Some(self.counted())
+    }
+
     fn unlock(&self) {
         if self.word.swap(FREE, Ordering::Release) == CONTENDED {
             futex::wake_one(&self.word);
@@ -149,7 +167,7 @@ pub trait ForkLock: Sync {
 
 impl<T: Send> ForkLock for Mutex<T> {
     fn hold_for_fork(&self, limit: Duration) -> bool {
-        self.try_lock_for(limit).map(std::mem::forget).is_some()
+        self.lock_within(limit).map(std::mem::forget).is_some()
     }
 
     unsafe fn release_after_fork(&self) {

@@ -222,6 +222,22 @@ fn grandchildren_and_threaded_children_are_profiled() {
     assert!(share(&cpuprof_top(&dir.join(name)), "thread_burn") >= 90.0);
 }
 
+/// A child forked while another thread holds one of cpuprof's locks (a thread starting and
+/// ending threads without a pause takes them all the time) ends normally: the fork handlers
+/// hold every lock across the fork, so none stays held by a thread the child does not have.
+#[test]
+fn children_forked_while_locks_are_busy_never_hang() {
+    let dir = scratch_dir("forkloop");
+    let out = same_as_plain(&["forkloop", "300"], &dir, &[]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hung 0\n");
+    let all = profiles(&dir);
+    assert!(
+        children(&all).len() >= 290,
+        "{} children's profiles",
+        children(&all).len()
+    );
+}
+
 /// A single-threaded process stays single-threaded under the profiler, parent and child:
 /// programs check it (Chromium's zygote) or need it (`unshare(CLONE_NEWUSER)`).
 #[test]

@@ -198,7 +198,9 @@ pub fn start_waiting_writer() {
     let builder = std::thread::Builder::new().name("cpuprof-writer".into());
     let spawned = crate::sys::thread::spawn_signal_free(builder, || {
         sampler::thread_timers::leave_calling_thread_unsampled();
-        match WAITING_WRITER.lock().take() {
+        // Not in the match: its temporary guard would hold the lock for the writer's life.
+        let pending = WAITING_WRITER.lock().take();
+        match pending {
             Some(pending) => pending.run_after_threadless(),
             None => writer::Finished::completed_elsewhere(0),
         }

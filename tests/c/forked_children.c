@@ -12,6 +12,9 @@
  *                        child, and whether unshare(CLONE_NEWUSER) works (it refuses a
  *                        multi-threaded caller)
  *   stacks SECS          burns SECS single-threaded through thousands of distinct call chains
+ *   forkloop N           while a thread starts and joins threads without a pause (cpuprof's
+ *                        locks taken all the time), forks N children that exit() at once;
+ *                        prints "hung H" (children not ended within 2 s, then killed)
  */
 #define _GNU_SOURCE
 #include "cpu_deadline.h"
@@ -111,6 +114,45 @@ __attribute__((noinline)) static double branch_a(int depth, int i) {
   return depth == 0 ? leaf(i) : ((i >> depth) & 1 ? branch_b(depth - 1, i) : branch_a(depth - 1, i)) + 1;
 }
 
+static volatile int churning = 1;
+
+static void *nothing(void *arg) { return arg; }
+
+static void *churn(void *arg) {
+  (void)arg;
+  while (churning) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, nothing, NULL) == 0) pthread_join(t, NULL);
+  }
+  return NULL;
+}
+
+static int forkloop(int n) {
+  pthread_t churner;
+  pthread_create(&churner, NULL, churn, NULL);
+  int hung = 0;
+  for (int i = 0; i < n; i++) {
+    pid_t c = fork();
+    if (c == 0) exit(0);
+    int ended = 0;
+    for (int k = 0; k < 400 && !ended; k++) {
+      if (waitpid(c, NULL, WNOHANG) == c)
+        ended = 1;
+      else
+        usleep(5000);
+    }
+    if (!ended) {
+      hung++;
+      kill(c, SIGKILL);
+      waitpid(c, NULL, 0);
+    }
+  }
+  churning = 0;
+  pthread_join(churner, NULL);
+  printf("hung %d\n", hung);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "prefork";
   double seconds = argc > 2 ? atof(argv[2]) : 1.0;
@@ -169,6 +211,7 @@ int main(int argc, char **argv) {
     printf("parent threads %d\n", count_threads());
     return 0;
   }
+  if (!strcmp(mode, "forkloop")) return forkloop(argc > 2 ? atoi(argv[2]) : 300);
   if (!strcmp(mode, "stacks")) {
     struct cpu_deadline d = cpu_deadline_in(seconds);
     double x = 0;
