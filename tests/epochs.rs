@@ -211,8 +211,9 @@ fn sigkill_leaves_finished_epochs_intact_and_the_last_one_cut_short() {
             })
             .collect();
         // The epoch being written when the kill came (none if it came between the rename
-        // and the next open, which is rare).
-        assert!(temporary.len() <= 1, "{temporary:?}");
+        // and the next open, which is rare), and the one before it if the kill came during a
+        // roll-over, which opens the next file before it completes the last.
+        assert!(temporary.len() <= 2, "{temporary:?}");
         for t in &temporary {
             assert!(t.to_string_lossy().ends_with(".prof.tmp"), "{}", t.display());
             let check = cpuprof(&["check", t.to_str().unwrap()]);

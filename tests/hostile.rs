@@ -133,8 +133,15 @@ fn fork_without_exec_leaves_the_parent_profile_alone() {
         // not in (nor corrupting) the parent's.
         assert_eq!(children.len(), 1, "the forked child's own profile: {children:?}");
         assert!(seconds(p) < 0.75, "{}: {:.2} s sampled", p.display(), seconds(p));
+        // Its 0.3 s, but for the process-wide timer at 1000 Hz, capped by the kernel tick
+        // (one sample per tick: a quarter of them).
         let child = seconds(&children[0]);
-        assert!((0.15..0.45).contains(&child), "{}: {child:.2} s", children[0].display());
+        let expected = if name.starts_with("itimer") {
+            0.04..0.45
+        } else {
+            0.15..0.45
+        };
+        assert!(expected.contains(&child), "{}: {child:.2} s", children[0].display());
     }
 }
 

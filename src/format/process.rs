@@ -63,24 +63,21 @@ impl ProcessLine {
     /// The arguments of a `/proc/<pid>/cmdline` text: split at NULs, empty arguments at the end
     /// dropped, at most [`MAX_COMMAND_LINE`] bytes read.
     pub fn args_of_cmdline(cmdline: &[u8]) -> Vec<Vec<u8>> {
-        let cmdline = &cmdline[..cmdline.len().min(MAX_COMMAND_LINE)];
-        let mut args: Vec<Vec<u8>> = cmdline.split(|&b| b == 0).map(<[u8]>::to_vec).collect();
-        while args.last().is_some_and(Vec::is_empty) {
-            args.pop();
-        }
-        args
+        cmdline_args(cmdline).map(<[u8]>::to_vec).collect()
     }
 
     /// The line (newline included), to append to a profile's maps text.
     pub fn line(&self) -> String {
-        let origin = if self.forked { "forked" } else { "started" };
-        let mut out = format!("{PREFIX}{} {} {origin}", self.pid, self.ppid);
-        for arg in &self.args {
-            out.push(' ');
-            encode(arg, &mut out);
-        }
-        out.push('\n');
-        out
+        let mut out = Vec::new();
+        write_line(
+            self.pid,
+            self.ppid,
+            self.forked,
+            self.args.iter().map(Vec::as_slice),
+            &mut |piece| out.extend_from_slice(piece),
+        );
+        // Only ASCII is written.
+        String::from_utf8_lossy(&out).into_owned()
     }
 
     /// The process a `# process` line records; `None` for any other line, or one that is not
@@ -144,6 +141,53 @@ fn show_arg(arg: &[u8]) -> String {
     }
 }
 
+/// The arguments of a `/proc/<pid>/cmdline` text, without allocating: split at NULs, empty
+/// arguments at the end dropped, at most [`MAX_COMMAND_LINE`] bytes read. Async-signal-safe.
+pub fn cmdline_args(cmdline: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let cmdline = &cmdline[..cmdline.len().min(MAX_COMMAND_LINE)];
+    let end = cmdline.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    let cmdline = &cmdline[..end];
+    cmdline.split(|&b| b == 0).filter(move |_| end > 0)
+}
+
+/// Writes the `# process` line of process `pid` (parent `ppid`, `forked` or not, `args`)
+/// through `sink`, piece by piece, without allocating: the one spelling of the line, for
+/// [`ProcessLine::line`] and for a profile completed in a signal handler. Async-signal-safe if
+/// `sink` is.
+pub fn write_line<'a>(
+    pid: u32,
+    ppid: u32,
+    forked: bool,
+    args: impl Iterator<Item = &'a [u8]>,
+    sink: &mut impl FnMut(&[u8]),
+) {
+    sink(PREFIX.as_bytes());
+    write_number(pid, sink);
+    sink(b" ");
+    write_number(ppid, sink);
+    sink(if forked { b" forked" } else { b" started" });
+    for arg in args {
+        sink(b" ");
+        encode(arg, sink);
+    }
+    sink(b"\n");
+}
+
+fn write_number(value: u32, sink: &mut impl FnMut(&[u8])) {
+    let mut digits = [0u8; 10];
+    let mut at = digits.len();
+    let mut v = value;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    sink(&digits[at..]);
+}
+
 /// A pid as the line writes it: decimal digits only.
 fn number(field: &str) -> Option<u32> {
     field
@@ -158,17 +202,18 @@ fn is_safe(b: u8) -> bool {
     (b'!'..=b'~').contains(&b) && !matches!(b, b'%' | b'=' | b']')
 }
 
-fn encode(arg: &[u8], out: &mut String) {
+/// Writes `arg` percent-encoded through `sink`, runs of safe bytes at once.
+fn encode(arg: &[u8], sink: &mut impl FnMut(&[u8])) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    for &b in arg {
-        if is_safe(b) {
-            out.push(b as char);
-        } else {
-            out.push('%');
-            out.push(HEX[usize::from(b >> 4)] as char);
-            out.push(HEX[usize::from(b & 15)] as char);
+    let mut safe_from = 0;
+    for (i, &b) in arg.iter().enumerate() {
+        if !is_safe(b) {
+            sink(&arg[safe_from..i]);
+            sink(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+            safe_from = i + 1;
         }
     }
+    sink(&arg[safe_from..]);
 }
 
 /// The bytes of an encoded argument; `None` if it holds a byte that would have been encoded or

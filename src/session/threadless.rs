@@ -14,8 +14,9 @@
 //!   ([`after_sample`]), so a long single-threaded run loses nothing;
 //! * `ProfilerFlush` writes the records and the table's counts in place;
 //! * `_exit` and `exec`, which may run in a signal handler, complete the file in place
-//!   ([`complete`]): records, trailer, `/proc/self/maps` streamed, the signal-weights line.
-//!   Without build-id lines (reading them allocates): readers then check binaries by inode.
+//!   ([`complete`]): records, trailer, `/proc/self/maps` streamed, the signal-weights and
+//!   process lines. Without build-id lines (reading them allocates): readers then check
+//!   binaries by inode.
 //!   `exit` and `ProfilerStop` start the writer, which completes the file as usual.
 //!
 //! Threads started by raw `clone` (which never pass the interposer) are armed by the handler
@@ -27,6 +28,7 @@
 //! drain, an in-place completion or flush, or the hand-over to the writer thread; a handler
 //! that finds it taken leaves the ring alone (the taker writes it).
 
+use crate::format::process::{cmdline_args, write_line};
 use crate::format::writer::{encode_record, record_size};
 use crate::format::{SignalWeights, SlotFormat, TRAILER};
 use crate::sampler::SamplerState;
@@ -430,7 +432,37 @@ impl Threadless {
         }
         let mut line = [0; crate::format::signal_weights::LINE_BYTES];
         let n = weights.write_line(&mut line);
-        self.write_whole(&line[..n])
+        self.write_whole(&line[..n]) && self.write_process_line(buffer)
+    }
+
+    /// The `# process` line (`format::process`), from `/proc/self/cmdline` read into `buffer`,
+    /// written through a small staging array.
+    fn write_process_line(&self, buffer: &mut [u8]) -> bool {
+        let n = read_file(c"/proc/self/cmdline", buffer);
+        let mut stage = [0u8; 512];
+        let mut staged = 0;
+        let mut whole = true;
+        // SAFETY: getpid and getppid have no preconditions.
+        let (pid, ppid) = unsafe { (libc::getpid() as u32, libc::getppid() as u32) };
+        write_line(
+            pid,
+            ppid,
+            super::children::is_forked_child(),
+            cmdline_args(&buffer[..n]),
+            &mut |piece: &[u8]| {
+                if staged + piece.len() > stage.len() {
+                    whole &= self.write_whole(&stage[..staged]);
+                    staged = 0;
+                }
+                if piece.len() > stage.len() {
+                    whole &= self.write_whole(piece);
+                } else {
+                    stage[staged..staged + piece.len()].copy_from_slice(piece);
+                    staged += piece.len();
+                }
+            },
+        );
+        whole && self.write_whole(&stage[..staged])
     }
 }
 
@@ -463,6 +495,31 @@ impl Batch<'_> {
         let bytes = &self.buffer[..self.used];
         self.lost += self.file.write_buffer(bytes, used_records(bytes, self.file.format));
         self.used = 0;
+    }
+}
+
+/// Reads the file at `path` into `buffer` (as much as fits); returns the bytes read.
+/// Async-signal-safe.
+fn read_file(path: &std::ffi::CStr, buffer: &mut [u8]) -> usize {
+    // SAFETY: open, read and close of a file of our own, into our own buffer.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return 0;
+        }
+        let mut n = 0;
+        while n < buffer.len() {
+            let r = libc::read(fd, buffer[n..].as_mut_ptr().cast(), buffer.len() - n);
+            if r > 0 {
+                n += r as usize;
+            } else if r < 0 && *libc::__errno_location() == libc::EINTR {
+                continue;
+            } else {
+                break;
+            }
+        }
+        libc::close(fd);
+        n
     }
 }
 
