@@ -188,7 +188,8 @@ fn exec_leaves_no_profiling_signal_to_the_new_image_and_the_samples_before_it_in
                 // output (nothing pending, SIGUSR1 or everything blocked) is the answer.
                 let out = same_as_plain(&["exec", blocked], &profile, timer, frequency);
                 assert!(String::from_utf8_lossy(&out.stdout).contains("pending:\n"));
-                let (written, _) = Profile::parse_lenient(&std::fs::read(&profile).unwrap()).unwrap();
+                // The image's profile is completed before the exec.
+                let written = assert_complete(&profile);
                 let s = seconds(&written);
                 // With every signal blocked the program is never sampled, but for the signal
                 // queued meanwhile, which is taken off the queue and counted (a POSIX timer's

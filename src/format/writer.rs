@@ -97,6 +97,11 @@ impl<W: Write> ProfileWriter<W> {
         self.sink.flush()
     }
 
+    /// Forgets what was handed to the sink after `bytes` (a trailer the sink took back).
+    pub fn rewind_to(&mut self, bytes: u64) {
+        self.bytes_written = bytes.min(self.bytes_written);
+    }
+
     /// Bytes handed to the sink so far, header included.
     pub fn bytes_written(&self) -> u64 {
         self.bytes_written

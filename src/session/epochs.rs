@@ -149,6 +149,7 @@ impl Database {
                 mappings,
                 contexts: super::contexts::RecordContexts::new(self.thread_labels),
                 beside: None,
+                exec_trailer_at: None,
             },
             ends,
             directory,

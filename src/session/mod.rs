@@ -42,6 +42,9 @@ pub struct OutputFile {
     /// The wall-clock profile written beside this CPU profile: it takes the samples that
     /// carry a context.
     beside: Option<Box<OutputFile>>,
+    /// Completed for an exec under way: where the records ended in the file, and the bytes
+    /// the writer had handed over then (see `writer`'s `complete_for_exec`).
+    exec_trailer_at: Option<(u64, u64)>,
 }
 
 impl OutputFile {
@@ -57,6 +60,7 @@ impl OutputFile {
             mappings,
             contexts: contexts::RecordContexts::new(thread_labels),
             beside: None,
+            exec_trailer_at: None,
         })
     }
 

@@ -64,13 +64,17 @@ pub fn before_signal_end() {
 pub struct ExecPrepared {
     thread_timer: Option<thread_timers::PausedThreadTimer>,
     process_timer: Option<timer::PausedTimer>,
+    /// The file was completed in place (no writer thread), to take back if the exec fails.
+    completed_in_place: bool,
 }
 
 /// Before an `exec` of the profiling process: stops the timer that can signal the calling
 /// thread (its own per-thread timer, or the process-wide one), takes any profiling signal
 /// already queued off the queue (kernels before 6.13 deliver a signal queued during `execve`
-/// to the new image, whose default action for it kills), and has everything sampled so far
-/// written to the file. `exec_pc`: where the taken signals are counted (the exec function).
+/// to the new image, whose default action for it kills), and completes the file with
+/// everything sampled so far (records, trailer, maps: the image's profile ends here; the new
+/// one, same pid, writes `<path>_<pid>`). If the exec fails, the trailer is taken back and
+/// profiling goes on. `exec_pc`: where the taken signals are counted (the exec function).
 /// Returns `None`, having done nothing, when this process does not profile (a forked child).
 /// The signal mask is as the caller had it when this returns.
 pub fn before_exec(exec_pc: u64) -> Option<ExecPrepared> {
@@ -96,10 +100,11 @@ pub fn before_exec(exec_pc: u64) -> Option<ExecPrepared> {
         // SAFETY: restores the caller's mask.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
     }
+    let mut completed_in_place = false;
     if children::is_profiled_child() {
         end_child_for_exec();
     } else if threadless::active() {
-        sampler::with_published_state(threadless::flush);
+        completed_in_place = sampler::with_published_state(threadless::complete_for_exec).unwrap_or(false);
     } else if writer::request_end(false, END_WAIT) == EndRequest::TimedOut {
         say(b"cpuprof: the samples before exec could not all be written to the profile\n");
     }
@@ -107,6 +112,7 @@ pub fn before_exec(exec_pc: u64) -> Option<ExecPrepared> {
     Some(ExecPrepared {
         thread_timer,
         process_timer,
+        completed_in_place,
     })
 }
 
@@ -143,6 +149,9 @@ impl ExecPrepared {
     /// The exec failed: profiling goes on as before.
     pub fn exec_failed(self) {
         let errno = save_errno();
+        if self.completed_in_place {
+            threadless::resume_after_failed_exec();
+        }
         writer::exec_failed();
         if let Some(paused) = self.thread_timer {
             thread_timers::resume(paused, LOCK_WAIT);

@@ -153,6 +153,25 @@ impl ProfileFile {
         }
     }
 
+    /// Cuts the file back to `bytes` (a trailer written for an exec that failed) and appends
+    /// from there. Call after a flush.
+    pub fn truncate_to(&mut self, bytes: u64) -> io::Result<()> {
+        if let Target::File { fd, regular: true, .. } = &self.target {
+            if !fd.is_still_ours() {
+                return Err(fd.taken_error());
+            }
+            // SAFETY: shrinking our own (just checked) file and moving its offset to the end.
+            unsafe {
+                if libc::ftruncate(fd.raw(), bytes as libc::off_t) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                libc::lseek(fd.raw(), bytes as libc::off_t, libc::SEEK_SET);
+            }
+        }
+        self.written = bytes;
+        Ok(())
+    }
+
     /// Counts `bytes` of whole records that reached the file without this object; `failed`:
     /// a write of theirs failed, so nothing more may be written.
     pub fn note_written_elsewhere(&mut self, bytes: u64, failed: bool) {

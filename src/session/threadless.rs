@@ -71,6 +71,9 @@ pub struct Threadless {
     /// Bytes of the header, after which a placeholder trailer and maps were written (see
     /// [`publish`]), or 0 once records replaced them.
     placeholder_after: AtomicU64,
+    /// Where the records ended when the file was completed for an exec ([`complete_for_exec`]),
+    /// or 0.
+    exec_trailer_at: AtomicU64,
 }
 
 // SAFETY: the cells are used only by the holder of OWNER.
@@ -133,6 +136,7 @@ impl Threadless {
             completed: AtomicBool::new(false),
             summary,
             placeholder_after: AtomicU64::new(0),
+            exec_trailer_at: AtomicU64::new(0),
         }))
     }
 }
@@ -231,6 +235,46 @@ pub fn say_summary(state: &SamplerState) {
     }
     line.text(b")\n");
     crate::sys::messages::say_bytes(line.as_bytes());
+}
+
+/// Before an `exec` of the process profiling here: completes the file as [`complete`] does,
+/// keeping where its records end, so that [`resume_after_failed_exec`] can take the trailer
+/// back. Async-signal-safe.
+pub fn complete_for_exec(state: &SamplerState) -> bool {
+    let done = with_file(|t| {
+        t.write_records(state, true);
+        t.exec_trailer_at
+            .store(t.file_bytes.load(Ordering::SeqCst), Ordering::SeqCst);
+        t.write_trailer(state);
+        t.completed.store(true, Ordering::SeqCst);
+    });
+    if done.is_some() {
+        OWNER.store(GONE, Ordering::SeqCst);
+    }
+    done.is_some()
+}
+
+/// The `exec` failed: the trailer written for it is taken back (the file cut back to its
+/// records) and the file is written here again. Async-signal-safe.
+pub fn resume_after_failed_exec() {
+    // SAFETY: see `active`.
+    let Some(t) = (unsafe { CURRENT.load(Ordering::SeqCst).as_ref() }) else {
+        return;
+    };
+    let end = t.exec_trailer_at.swap(0, Ordering::SeqCst);
+    if end == 0 || t.pid != own_pid() {
+        return;
+    }
+    if identity(t.fd) == Some(t.identity) {
+        // SAFETY: shrinking our own (just checked) file back to its records.
+        unsafe {
+            libc::ftruncate(t.fd, end as libc::off_t);
+            libc::lseek(t.fd, end as libc::off_t, libc::SEEK_SET);
+        }
+        t.file_bytes.store(end, Ordering::SeqCst);
+    }
+    t.completed.store(false, Ordering::SeqCst);
+    OWNER.store(FREE, Ordering::SeqCst);
 }
 
 /// The path of the file written here, for a forked child to remove or rename it at `exec`.

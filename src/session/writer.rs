@@ -315,6 +315,10 @@ pub fn run(
         }
         let flushing = flush > control.requests().flush_done;
         let ending = ends_asked != ENDS_SERVED.load(Ordering::SeqCst);
+        // An exec that failed: the trailer written for it is taken back, records go on.
+        if !EXEC_PENDING.load(Ordering::SeqCst) {
+            out.resume_after_exec();
+        }
         let drained = out.write_pending(&state, due || flushing || ending);
         if ending && EXEC_PENDING.load(Ordering::SeqCst) {
             out.close_for_exec(&state);
@@ -491,10 +495,19 @@ impl Output {
         }
     }
 
-    /// Before an exec: the epoch file is completed now (the new image cannot do it).
+    /// Before an exec: the file is completed now (the new image cannot do it); a profile
+    /// file keeps where its records end, for [`resume_after_exec`](Self::resume_after_exec).
     fn close_for_exec(&mut self, state: &SamplerState) {
-        if let Output::Epochs(e) = self {
-            e.complete_current(state);
+        match self {
+            Output::Epochs(e) => e.complete_current(state),
+            Output::File(out) => out.complete_for_exec(state),
+        }
+    }
+
+    /// After an exec that failed: a profile file completed for it goes on taking records.
+    fn resume_after_exec(&mut self) {
+        if let Output::File(out) = self {
+            out.resume_after_exec();
         }
     }
 
@@ -541,6 +554,9 @@ impl Output {
     fn complete(self, state: &SamplerState) -> Finished {
         match self {
             Output::File(mut out) => {
+                // A trailer written for an exec (that failed, or not yet done) is taken back:
+                // the records since then go before the final one.
+                out.resume_after_exec();
                 out.write_pending(state, true);
                 out.finish(state)
             }
@@ -620,7 +636,9 @@ impl OutputFile {
             mut mappings,
             contexts,
             beside,
+            exec_trailer_at,
         } = self;
+        debug_assert!(exec_trailer_at.is_none(), "taken back by Output::complete");
         let written = match error {
             Some(e) => Err(e),
             None => writer.write_trailer(&trailer_text(&mut mappings, weights, &contexts)),
@@ -657,11 +675,79 @@ impl OutputFile {
         Ok(bytes)
     }
 
+    /// Completes the file for an exec (trailer, maps), keeping where its records end: if the
+    /// exec fails, [`resume_after_exec`](Self::resume_after_exec) takes the trailer back. A
+    /// profile kept in memory goes with the process image and needs none. The wall profile
+    /// beside it likewise.
+    fn complete_for_exec(&mut self, state: &SamplerState) {
+        if self.exec_trailer_at.is_some() || self.error.is_some() {
+            return;
+        }
+        self.flush_records();
+        let Some(records_end) = self
+            .writer
+            .get_ref()
+            .descriptor()
+            .map(|_| self.writer.get_ref().bytes_in_file())
+        else {
+            return;
+        };
+        let written = self.writer.bytes_written();
+        let text = trailer_text(&mut self.mappings, state.signal_weights(), &self.contexts);
+        if let Err(e) = self.writer.write_trailer(&text) {
+            self.error = Some(e);
+            return;
+        }
+        self.exec_trailer_at = Some((records_end, written));
+        if let Some(beside) = &mut self.beside {
+            beside.complete_for_exec_with(state.wall_signal_weights());
+        }
+    }
+
+    fn complete_for_exec_with(&mut self, weights: SignalWeights) {
+        if self.exec_trailer_at.is_some() || self.error.is_some() {
+            return;
+        }
+        self.flush_records();
+        let Some(records_end) = self
+            .writer
+            .get_ref()
+            .descriptor()
+            .map(|_| self.writer.get_ref().bytes_in_file())
+        else {
+            return;
+        };
+        let written = self.writer.bytes_written();
+        let text = trailer_text(&mut self.mappings, weights, &self.contexts);
+        match self.writer.write_trailer(&text) {
+            Ok(()) => self.exec_trailer_at = Some((records_end, written)),
+            Err(e) => self.error = Some(e),
+        }
+    }
+
+    /// Takes back the trailer written for an exec that failed (the file is cut back to its
+    /// records), so that records go on after them.
+    fn resume_after_exec(&mut self) {
+        if let Some((records_end, written)) = self.exec_trailer_at.take() {
+            if let Err(e) = self.writer.get_mut().truncate_to(records_end) {
+                self.error.get_or_insert(e);
+            }
+            self.writer.rewind_to(written);
+        }
+        if let Some(beside) = &mut self.beside {
+            beside.resume_after_exec();
+        }
+    }
+
     /// Writes evicted records and, when `harvest`, the table's counts, then flushes to the
     /// file; returns the ring slots drained. After a write error nothing more is written (a
     /// partial record would corrupt the file); the error is kept for `stop` to report.
     /// Samples with a context go to the wall-clock profile beside this one, if there is one.
     pub fn write_pending(&mut self, state: &SamplerState, harvest: bool) -> usize {
+        if self.exec_trailer_at.is_some() {
+            // Completed for an exec under way: nothing is added after the trailer.
+            return 0;
+        }
         let mut drained = 0;
         let mut write = |count: u64, chain: &[u64]| {
             let (pcs, context) = super::contexts::split(chain);
