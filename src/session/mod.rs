@@ -239,6 +239,7 @@ fn forget_writers_in_child() {
 /// handler our signals (`timing::taken_over`; the writer checks at every tick).
 fn writer_notices_takeover(_signal: std::ffi::c_int) {
     start_waiting_writer();
+    writer::wake();
 }
 
 /// Spawns the writer thread now; returns it and its thread id.

@@ -103,6 +103,12 @@ pub fn request_end(exit: bool, limit: Duration) -> EndRequest {
     }
 }
 
+/// Wakes the writer to look at once (the program took the profiling signal over).
+/// Async-signal-safe.
+pub fn wake() {
+    wake_writer();
+}
+
 /// The exec that `request_end(false, ..)` prepared for failed: the writer carries on.
 /// Async-signal-safe.
 pub fn exec_failed() {
@@ -242,6 +248,12 @@ pub fn run(
     exit_summary: Option<PathBuf>,
 ) -> Finished {
     WRITER_PID.store(std::process::id(), Ordering::SeqCst);
+    // First of all (before the maps and build-ids, which take a while): a writer started
+    // because the program took the profiling signal over stops sampling at once.
+    let mut taken_over = timing::taken_over(profiling_signal);
+    if taken_over {
+        timing::stop_after_takeover(source, profiling_signal);
+    }
     let mut harvest_interval = FIRST_HARVEST;
     let mut next_harvest = Instant::now() + harvest_interval;
     // The loader's counters before the maps: an object loaded before they are read is in the
@@ -252,7 +264,6 @@ pub fn run(
     // after the session has let go of the /proc/self/mem descriptor: it holds its own use.
     let reads_memory = crate::unwind::safe_read::acquire().is_ok();
     out.record_mappings(&read_self_maps());
-    let mut taken_over = false;
     let mut memory_descriptor_noted = false;
     let mut tick = MIN_TICK;
     let mut last_drain = Instant::now();
