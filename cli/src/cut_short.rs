@@ -183,6 +183,7 @@ fn rebuild_maps(file: &Path, bytes: &[u8], locator: &Locator) -> Result<(Maps, S
         Maps {
             entries,
             signal_weights: None,
+            wall_looks: None,
             contexts: Default::default(),
         },
         format!("Using the maps of {path} ({named_by}), loaded at {bias:#x}"),

@@ -5,6 +5,7 @@
 use super::build_id;
 use super::sample_context::SampleContexts;
 use super::signal_weights::SignalWeights;
+use super::wall_looks::WallLooks;
 use std::collections::HashMap;
 
 /// One mapping line: `start-end perms offset dev inode path`.
@@ -48,6 +49,9 @@ pub struct Maps {
     pub entries: Vec<MapEntry>,
     /// The signals behind the samples, from a `# signal-weights` line; `None` when not recorded.
     pub signal_weights: Option<SignalWeights>,
+    /// Wall-clock profiles: the sampler's looks at threads and those missing, from a
+    /// `# wall-looks` line; `None` when not recorded.
+    pub wall_looks: Option<WallLooks>,
     /// Wall-clock profiles: each record's thread and state, and the threads' names.
     pub contexts: SampleContexts,
 }
@@ -56,7 +60,8 @@ impl Maps {
     /// Parses the text section. Unrecognised lines are skipped, as the format requires;
     /// `$build` in paths is replaced by the path of the last `build=` line; a `# build-id`
     /// line gives its build-id to the mapping with its address range; a `# signal-weights`
-    /// line gives the profile's signal weights; `# context` and `# thread` lines give the
+    /// line gives the profile's signal weights; a `# wall-looks` line the looks a wall-clock
+    /// profile is missing; `# context` and `# thread` lines give the
     /// records' contexts.
     ///
     /// Never fails: text that is not UTF-8 is read lossily, and anything unrecognisable is
@@ -86,6 +91,7 @@ impl Maps {
         let mut entries = Vec::new();
         let mut build_ids = HashMap::new();
         let mut signal_weights = None;
+        let mut wall_looks = None;
         let mut contexts = SampleContexts::default();
         for line in text.lines() {
             if let Some(path) = line.trim_start().strip_prefix("build=") {
@@ -98,6 +104,10 @@ impl Maps {
             }
             if let Some(weights) = SignalWeights::parse_line(line) {
                 signal_weights = signal_weights.or(Some(weights));
+                continue;
+            }
+            if let Some(looks) = WallLooks::parse_line(line) {
+                wall_looks = wall_looks.or(Some(looks));
                 continue;
             }
             if contexts.parse_line(line) {
@@ -119,6 +129,7 @@ impl Maps {
         Maps {
             entries,
             signal_weights,
+            wall_looks,
             contexts,
         }
     }

@@ -9,8 +9,8 @@
 //! * [`ProfileWriter`] writes one, record by record, to any [`std::io::Write`].
 //! * [`Maps`] parses the mapping lines at the end of a profile (the process's
 //!   `/proc/self/maps`), with the lines cpuprof adds after them: [`build_id`]s,
-//!   [`SignalWeights`], and the threads and states of wall-clock samples
-//!   ([`sample_context`]).
+//!   [`SignalWeights`], the threads and states of wall-clock samples
+//!   ([`sample_context`]), and the looks a wall-clock profile is missing ([`WallLooks`]).
 //! * [`pprof::Pprof`] turns a parsed profile into pprof's `profile.proto`, for `go tool pprof`,
 //!   Pyroscope, Parca or speedscope.
 //! * [`database`] names the files of a profile database (one directory per epoch).
@@ -48,6 +48,7 @@ pub mod pprof;
 pub mod reader;
 pub mod sample_context;
 pub mod signal_weights;
+pub mod wall_looks;
 pub mod writer;
 
 pub use fast_hash::FastHash;
@@ -55,6 +56,7 @@ pub use maps::{MapEntry, Maps};
 pub use reader::{scan, ParseError, ParseErrorKind, Profile, Record, Sample, Scan};
 pub use sample_context::{ReadContext, SampleContext, SampleContexts, StateKind, ThreadState};
 pub use signal_weights::SignalWeights;
+pub use wall_looks::WallLooks;
 pub use writer::ProfileWriter;
 
 /// Number of slots in the header this crate writes (`0, 3, 0, period_us, 0`); a reader

@@ -1,7 +1,7 @@
 //! Timers and the signal handler: the only code that runs in signal context.
 
 pub mod handler;
-mod perf_event;
+pub(crate) mod perf_event;
 pub mod runnable_debts;
 pub mod signals;
 mod thread_accounts;

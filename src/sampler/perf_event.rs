@@ -227,12 +227,12 @@ pub(super) unsafe fn rearm_and_weigh(fd: c_int) -> u64 {
 
 // perf_event_open(2) constants and the attribute layout (PERF_ATTR_SIZE_VER5), which the libc
 // crate does not provide for glibc.
-const PERF_TYPE_SOFTWARE: u32 = 1;
+pub(crate) const PERF_TYPE_SOFTWARE: u32 = 1;
 const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
-const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
+pub(crate) const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 const ATTR_DISABLED: u64 = 1 << 0;
 const ATTR_EXCLUDE_KERNEL: u64 = 1 << 5;
-const ATTR_EXCLUDE_HV: u64 = 1 << 6;
+pub(crate) const ATTR_EXCLUDE_HV: u64 = 1 << 6;
 const PERF_EVENT_IOC_REFRESH: libc::c_ulong = 0x2402;
 const PERF_EVENT_IOC_PERIOD: libc::c_ulong = 0x4008_2404;
 const PERF_EVENT_IOC_DISABLE: libc::c_ulong = 0x2401;
@@ -243,26 +243,26 @@ const F_OWNER_TID: c_int = 0;
 
 #[repr(C)]
 #[derive(Default)]
-struct PerfEventAttr {
-    kind: u32,
-    size: u32,
-    config: u64,
-    sample_period: u64,
-    sample_type: u64,
-    read_format: u64,
-    flags: u64,
-    wakeup_events: u32,
-    bp_type: u32,
-    config1: u64,
-    config2: u64,
-    branch_sample_type: u64,
-    sample_regs_user: u64,
-    sample_stack_user: u32,
-    clockid: i32,
-    sample_regs_intr: u64,
-    aux_watermark: u32,
-    sample_max_stack: u16,
-    reserved: u16,
+pub(crate) struct PerfEventAttr {
+    pub kind: u32,
+    pub size: u32,
+    pub config: u64,
+    pub sample_period: u64,
+    pub sample_type: u64,
+    pub read_format: u64,
+    pub flags: u64,
+    pub wakeup_events: u32,
+    pub bp_type: u32,
+    pub config1: u64,
+    pub config2: u64,
+    pub branch_sample_type: u64,
+    pub sample_regs_user: u64,
+    pub sample_stack_user: u32,
+    pub clockid: i32,
+    pub sample_regs_intr: u64,
+    pub aux_watermark: u32,
+    pub sample_max_stack: u16,
+    pub reserved: u16,
 }
 
 #[cfg(test)]

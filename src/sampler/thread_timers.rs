@@ -509,7 +509,7 @@ pub fn resume(paused: PausedThreadTimer, limit: Duration) {
 
 /// Refuses `perf_event_open` on a thread under a seccomp filter: sandboxes commonly kill the
 /// process on it (systemd's `SystemCallFilter=` leaves it out of `@system-service`).
-fn perf_allowed_here() -> io::Result<()> {
+pub(crate) fn perf_allowed_here() -> io::Result<()> {
     let status = std::fs::read_to_string("/proc/thread-self/status").unwrap_or_default();
     let mode = status.lines().find_map(|l| l.strip_prefix("Seccomp:")).map(str::trim);
     match mode {

@@ -147,6 +147,7 @@ impl Database {
                 mappings,
                 contexts: super::contexts::RecordContexts::new(self.thread_labels),
                 beside: None,
+                wall: false,
             },
             ends,
             directory,

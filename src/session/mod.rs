@@ -39,6 +39,9 @@ pub struct OutputFile {
     /// The wall-clock profile written beside this CPU profile: it takes the samples that
     /// carry a context.
     beside: Option<Box<OutputFile>>,
+    /// It holds a wall sampler's samples: its trailer says how many looks are missing
+    /// (`# wall-looks`).
+    wall: bool,
 }
 
 impl OutputFile {
@@ -54,6 +57,7 @@ impl OutputFile {
             mappings,
             contexts: contexts::RecordContexts::new(thread_labels),
             beside: None,
+            wall: false,
         })
     }
 
@@ -166,13 +170,15 @@ impl Session {
                     None => OutputFile::create(path, options.period_us(), thread_labels),
                 }
                 .map_err(open_error)?;
+                out.wall = options.wall;
                 if let Some(beside) = &options.wall_beside {
                     let period_us = 1_000_000 / u64::from(beside.frequency.max(1));
-                    let wall_out =
+                    let mut wall_out =
                         OutputFile::create(&beside.path, period_us, false).map_err(|source| Error::Open {
                             path: beside.path.clone(),
                             source,
                         })?;
+                    wall_out.wall = true;
                     out.beside = Some(Box::new(wall_out));
                 }
                 writer::Output::File(out)

@@ -513,9 +513,9 @@ impl Output {
     }
 }
 
-/// What follows the trailer: the maps (with build-ids), the samples' signal weights, and the
-/// records' contexts.
-fn trailer_text(mappings: &mut SeenMappings, weights: SignalWeights, contexts: &RecordContexts) -> Vec<u8> {
+/// What follows the trailer: the maps (with build-ids), the samples' signal weights, the
+/// records' contexts, and for a wall-clock profile (`wall`) the wall sampler's missing looks.
+fn trailer_text(mappings: &mut SeenMappings, weights: SignalWeights, contexts: &RecordContexts, wall: bool) -> Vec<u8> {
     let maps = read_self_maps();
     // The program may have closed or reused the descriptor since the last tick: read ELF
     // images through one that is ours, not through its file.
@@ -523,6 +523,9 @@ fn trailer_text(mappings: &mut SeenMappings, weights: SignalWeights, contexts: &
     mappings.read_build_ids(&maps);
     let mut text = mappings.complete(&maps);
     text.extend_from_slice(weights.line().as_bytes());
+    if wall {
+        text.extend_from_slice(super::wall::looks_line().as_bytes());
+    }
     text.extend_from_slice(&contexts.text());
     text
 }
@@ -555,10 +558,11 @@ impl OutputFile {
             mut mappings,
             contexts,
             beside,
+            wall,
         } = self;
         let written = match error {
             Some(e) => Err(e),
-            None => writer.write_trailer(&trailer_text(&mut mappings, weights, &contexts)),
+            None => writer.write_trailer(&trailer_text(&mut mappings, weights, &contexts, wall)),
         };
         let file = writer.into_inner();
         let bytes = file.bytes_in_file();
@@ -588,6 +592,7 @@ impl OutputFile {
             &mut self.mappings,
             state.signal_weights(),
             &self.contexts,
+            self.wall,
         ));
         Ok(bytes)
     }
