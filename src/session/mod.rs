@@ -374,6 +374,12 @@ impl Session {
                      would interrupt the wait)"
                 );
             }
+            if let (n @ 1.., Some(limit)) = (stopped.limit_fallbacks, stopped.lowered_limit) {
+                eprintln!(
+                    "cpuprof: {n} threads got POSIX CPU timers instead of perf events: the program lowered \
+                     RLIMIT_NOFILE to {limit}, below the descriptor numbers perf events use"
+                );
+            }
             if report.unsampled_threads > 0 {
                 eprintln!(
                     "cpuprof: {} threads were not sampled: no timer could be created for them (see the messages above)",
