@@ -52,8 +52,18 @@ pub(super) static SWITCHES: Mutex<Option<SwitchEvents>> = Mutex::new(None);
 /// Credential changes seen while the sampler ran.
 static CHANGES: AtomicU64 = AtomicU64::new(0);
 
-/// Called by the wall sampler as it starts.
+/// Called by the wall sampler as it starts. What a parent's sampler left (this process is its
+/// forked child) is given up without being touched: its buffers are not mapped here.
 pub(super) fn register(excluded: Vec<libc::pid_t>) {
+    if let Some(inherited) = SWITCHES.lock().take() {
+        if inherited.is_ours() {
+            drop(inherited);
+        } else {
+            std::mem::forget(inherited);
+        }
+    }
+    HANDED.lock().take();
+    HANDED_PENDING.store(false, Ordering::SeqCst);
     *REGISTERED.lock() = Some(Registered {
         pid: std::process::id(),
         excluded,
@@ -66,7 +76,13 @@ pub(super) fn unregister() {
     *REGISTERED.lock() = None;
     HANDED.lock().take();
     HANDED_PENDING.store(false, Ordering::SeqCst);
-    SWITCHES.lock().take();
+    if let Some(switches) = SWITCHES.lock().take() {
+        if switches.is_ours() {
+            drop(switches);
+        } else {
+            std::mem::forget(switches);
+        }
+    }
 }
 
 /// Credential changes seen since the sampler started.
@@ -132,5 +148,10 @@ pub fn before_credential_change() {
         }
         HANDED_PENDING.store(true, Ordering::SeqCst);
     }
-    SWITCHES.lock().get_or_insert_with(SwitchEvents::new).cover(&tids);
+    let mut switches = SWITCHES.lock();
+    if switches.as_ref().is_some_and(|s| !s.is_ours()) {
+        // A parent's, before a fork: not mapped here.
+        std::mem::forget(switches.take());
+    }
+    switches.get_or_insert_with(SwitchEvents::new).cover(&tids);
 }

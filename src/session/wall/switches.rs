@@ -133,6 +133,9 @@ impl Drop for Buffer {
 
 /// The context-switch events opened at credential changes, and their buffers.
 pub struct SwitchEvents {
+    /// The process that opened them: a forked child has the descriptors but neither the
+    /// events' threads nor the mappings (perf maps its buffers `VM_DONTCOPY`).
+    pid: u32,
     buffers: Vec<Buffer>,
     /// Events writing into another event's buffer.
     events: Vec<GuardedFd>,
@@ -158,6 +161,7 @@ impl SwitchEvents {
         let cpus = online_cpus();
         let pages = (256 / cpus.len().max(1)).clamp(4, 16).next_power_of_two().min(16);
         SwitchEvents {
+            pid: std::process::id(),
             buffers: Vec::new(),
             events: Vec::new(),
             covered: Vec::new(),
@@ -167,6 +171,11 @@ impl SwitchEvents {
             refused: None,
             uncovered: 0,
         }
+    }
+
+    /// Whether this process opened them (not its parent, before a fork).
+    pub fn is_ours(&self) -> bool {
+        self.pid == std::process::id()
     }
 
     /// Descriptors held.
@@ -182,6 +191,9 @@ impl SwitchEvents {
     /// Opens events on each of `tids` that has none, in order (the thread changing credentials
     /// first: it is the one likely to start the program's threads), while the budget lasts.
     pub fn cover(&mut self, tids: &[libc::pid_t]) {
+        if !self.is_ours() {
+            return;
+        }
         for &tid in tids {
             if self.covered.contains(&tid) {
                 continue;
@@ -297,6 +309,9 @@ impl SwitchEvents {
     /// Takes every record written since the last drain into `records`. The mappings stay
     /// valid even if the program closed the descriptors.
     pub fn drain(&mut self, records: &mut SwitchRecords) {
+        if !self.is_ours() {
+            return;
+        }
         let mut lost = false;
         for buffer in &self.buffers {
             let size = (buffer.len - PAGE) as u64;
