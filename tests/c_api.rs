@@ -73,6 +73,19 @@ fn exports_exactly_the_profiler_h_functions() {
         "sigtimedwait",
         // Interposed so that a signalfd never yields the profiling signal (issue 24).
         "signalfd",
+        // Interposed so that a wall-clock profile keeps seeing blocked threads after the
+        // program changes its credentials and stops being dumpable (issue 24).
+        "setuid",
+        "setgid",
+        "seteuid",
+        "setegid",
+        "setreuid",
+        "setregid",
+        "setresuid",
+        "setresgid",
+        "setfsuid",
+        "setfsgid",
+        "prctl",
     ];
     expected.sort();
     assert_eq!(exported, expected);

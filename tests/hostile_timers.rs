@@ -199,3 +199,43 @@ fn a_seccomp_filter_that_kills_perf_event_open_is_respected() {
         }
     }
 }
+
+#[test]
+fn a_descriptor_limit_lowered_after_start_gives_new_threads_posix_timers() {
+    // The program lowers its RLIMIT_NOFILE soft limit from 4096 to 256 after the profiler placed
+    // its perf descriptors' budget near the top of 4096, then burns 0.5 s in each of four new
+    // threads (and main). The new threads cannot have perf events (F_DUPFD to a number above
+    // the limit fails with EINVAL): they get POSIX CPU timers, the message names the limit, and
+    // their CPU time is in the profile, within 10 %.
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch_dir("timer-hazards-lowerlimit");
+    for hz in FREQUENCIES {
+        let profile = dir.join(format!("perf-{hz}.prof"));
+        let env = [
+            ("LD_PRELOAD", lib().to_str().unwrap()),
+            ("CPUPROFILE", profile.to_str().unwrap()),
+            ("CPUPROFILE_FREQUENCY", hz),
+            ("CPUPROFILE_TIMER", "perf"),
+        ];
+        let out = run(&["lowerlimit", "256"], &env, &[(libc::RLIMIT_NOFILE, 4096)]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{hz} Hz: {out:?}");
+        assert!(
+            err.contains(
+                "the program lowered RLIMIT_NOFILE to 256: no descriptor numbers above FD_SETSIZE left; \
+                 threads from now on get POSIX CPU timers"
+            ) && err.contains("4 threads got POSIX CPU timers instead of perf events"),
+            "{hz} Hz: {err}"
+        );
+        let cpu: f64 = err
+            .lines()
+            .find_map(|l| l.strip_prefix("cpu ")?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no cpu line: {err}"));
+        let p = read_profile(&profile);
+        let sampled = p.total_samples() as f64 * p.period_us as f64 * 1e-6;
+        assert!(
+            (sampled - cpu).abs() <= 0.1 * cpu,
+            "{hz} Hz: {sampled:.3} s sampled, {cpu:.3} s of CPU time: {err}"
+        );
+    }
+}

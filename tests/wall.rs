@@ -397,3 +397,133 @@ fn the_sentinel_aborts_when_a_blocked_call_is_interrupted() {
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("Interrupted system call"));
 }
+
+/// The wall profile of `tests/c/wall_privdrop.c`, started as root, which drops to `nobody`
+/// after starting one thread and starts three more (issue 24: `memcached -u memcache`).
+/// `None` (the test is skipped, with a message) unless running as root with a `nobody` user.
+fn privdrop_program(dir: &Path) -> Option<std::path::PathBuf> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: dropping privileges needs a test run as root");
+        return None;
+    }
+    // SAFETY: a constant NUL-terminated name; the result is only compared with NULL.
+    if unsafe { libc::getpwnam(c"nobody".as_ptr()) }.is_null() {
+        eprintln!("skipped: no user 'nobody' to drop to");
+        return None;
+    }
+    Some(compile_c(dir, "wall_privdrop.c", "wall_privdrop", &["-O2"], false))
+}
+
+/// After `setgid`+`setuid` the process is not dumpable and its threads' syscall files are
+/// root's: the thread started before the drop is read through the descriptor opened for it
+/// before the change, the three started after through their context switches. Each thread's
+/// blocked time is in the profile (2 s ± 10 %, the early one 50 ms more), blocked in its call,
+/// none of the sampler's looks is missing, and `cpuprof check` calls the profile valid.
+#[test]
+fn threads_blocked_after_a_privilege_drop_keep_their_wall_time() {
+    let dir = scratch_dir("wall-privdrop");
+    let Some(program) = privdrop_program(&dir) else { return };
+    let profile = dir.join("wall.prof");
+    let out = run_profiled(
+        &program,
+        &["nobody", "2"],
+        &[
+            ("CPUPROFILE_WALL", profile.to_str().unwrap()),
+            ("CPUPROFILE_WALL_FREQUENCY", "100"),
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("dumpable 0"), "{out:?}");
+    assert!(
+        stderr.contains("took their registers from context switches (0 in a system call that could not be named")
+            && !stderr.contains("could not read the thread's state"),
+        "{stderr}"
+    );
+    let (rows, period) = top_rows(&profile);
+    let seconds = |f: &str| rows.get(f).map_or(0.0, |r| r.cum) * period;
+    for (f, call, want) in [
+        ("wait_early", "read", 2.05),
+        ("wait_in_read", "read", 2.0),
+        ("wait_in_sleep", "clock_nanosleep", 2.0),
+        ("wait_in_cond", "futex", 2.0),
+    ] {
+        assert!(
+            (seconds(f) - want).abs() <= 0.1 * want,
+            "{f} has {:.3} s, want {want} s ± 10 %: {rows:?}",
+            seconds(f)
+        );
+        let row = &rows[f];
+        assert!(row.blocked >= 99.0 && row.waited_in == call, "{f}: {row:?}");
+    }
+    let threads: f64 = ["wait_early", "wait_in_read", "wait_in_sleep", "wait_in_cond"]
+        .iter()
+        .map(|f| seconds(f))
+        .sum();
+    // After the change every thread's switch records give its frame pointer, which a syscall
+    // line lacks: stacks reach clone3 through cpuprof's start wrapper (built with frame
+    // pointers). Before it (the early thread's first 50 ms) they may stop there.
+    assert!(
+        seconds("clone3") >= 0.97 * threads,
+        "only {:.3} of {threads:.3} s reach clone3: {rows:?}",
+        seconds("clone3")
+    );
+    let looks = read_profile(&profile).maps.wall_looks.expect("a # wall-looks line");
+    assert!(looks.looks > 500 && looks.missing == 0, "{looks:?}");
+    let check = run_ok(cli(), &["check", profile.to_str().unwrap()], &[]);
+    assert!(
+        String::from_utf8_lossy(&check.stdout).contains(": valid ") && check.stderr.is_empty(),
+        "{check:?}"
+    );
+}
+
+/// The same program starting its wall profile itself after the drop (`CpuprofStartWall`):
+/// nothing was opened before the change, so no blocked thread can be seen. The missing looks
+/// are counted by thread and reason at stop, recorded in the profile, and `cpuprof check`
+/// calls the profile INCOMPLETE (exit status 1) instead of valid.
+#[test]
+fn a_wall_profile_that_cannot_see_blocked_threads_says_so() {
+    let dir = scratch_dir("wall-privdrop-late");
+    let Some(program) = privdrop_program(&dir) else { return };
+    // Written after the drop: a directory `nobody` may write in.
+    let open = dir.join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let profile = open.join("late.prof");
+    let out = run_profiled(
+        &program,
+        &["nobody", "1", "late"],
+        &[("WALL_LATE_PROFILE", profile.to_str().unwrap())],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "looks at 5 threads could not read the thread's state and are missing: the process is not dumpable"
+        ) && stderr.contains("saw no credential change"),
+        "{stderr}"
+    );
+    let looks = read_profile(&profile).maps.wall_looks.expect("a # wall-looks line");
+    // Looks that found a thread running (its CPU timer samples it) are not missing.
+    assert!(
+        looks.looks > 100
+            && looks.missing as f64 >= 0.9 * looks.looks as f64
+            && looks.reasons == [("denied".to_string(), looks.missing)],
+        "{looks:?}"
+    );
+    let check = Command::new(cli())
+        .args(["check", profile.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        check.status.code() == Some(1)
+            && said.contains(": INCOMPLETE ")
+            && said.contains(&format!(
+                "{} of {} looks at threads ({:.1} %) are missing",
+                looks.missing,
+                looks.looks,
+                100.0 * looks.missing_share()
+            )),
+        "{check:?}"
+    );
+}

@@ -21,12 +21,17 @@
 //! a profiling signal a thread keeps pending neither interrupts the program's wait nor is handed
 //! to it as one of its own. Frames of ours that the program's threads can be unwound through
 //! (cancellation, `pthread_exit`) are `C-unwind`.
+//!
+//! The calls that change credentials and so make the process non-dumpable (`setuid`, `setgid`,
+//! `seteuid`, `setegid`, `setreuid`, `setregid`, `setresuid`, `setresgid`, `setfsuid`,
+//! `setfsgid`, `prctl(PR_SET_DUMPABLE, 0)`) first let a running wall-clock sampler keep what it
+//! will no longer be able to open (`cpuprof::session::wall::before_credential_change`).
 
 use cpuprof_core::sampler::{signals, thread_timers, StartChain, ThreadFilter, ROOT_FRAMES};
 use cpuprof_core::session::epochs::{EpochOptions, MIN_EPOCH};
 use cpuprof_core::session::options::{parse_frequency, WallBeside, DEFAULT_FREQUENCY, MAX_WALL_FREQUENCY};
 use cpuprof_core::session::start_waiting_writer;
-use cpuprof_core::session::{autostart, children, global, process_end, threadless, Options};
+use cpuprof_core::session::{autostart, children, global, process_end, threadless, wall, Options};
 use cpuprof_core::sys::messages;
 use cpuprof_core::unwind::{self, StackReader, THREAD_STACKS};
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -337,9 +342,20 @@ enum Real {
     Sigwaitinfo,
     Sigtimedwait,
     Signalfd,
+    Setuid,
+    Setgid,
+    Seteuid,
+    Setegid,
+    Setreuid,
+    Setregid,
+    Setresuid,
+    Setresgid,
+    Setfsuid,
+    Setfsgid,
+    Prctl,
 }
 
-const REAL_NAMES: [&CStr; 18] = [
+const REAL_NAMES: [&CStr; 29] = [
     c"_exit",
     c"_Exit",
     c"quick_exit",
@@ -358,11 +374,22 @@ const REAL_NAMES: [&CStr; 18] = [
     c"sigwaitinfo",
     c"sigtimedwait",
     c"signalfd",
+    c"setuid",
+    c"setgid",
+    c"seteuid",
+    c"setegid",
+    c"setreuid",
+    c"setregid",
+    c"setresuid",
+    c"setresgid",
+    c"setfsuid",
+    c"setfsgid",
+    c"prctl",
 ];
 
 /// Their addresses, found once at load: dlsym takes the loader's lock and may allocate, and
 /// these are called from signal handlers and vfork children.
-static REAL: [AtomicUsize; 18] = [const { AtomicUsize::new(0) }; 18];
+static REAL: [AtomicUsize; 29] = [const { AtomicUsize::new(0) }; 29];
 
 fn resolve_real_functions() {
     for (slot, name) in REAL.iter().zip(REAL_NAMES) {
@@ -718,5 +745,169 @@ pub unsafe extern "C" fn signalfd(fd: c_int, mask: *const libc::sigset_t, flags:
     match real::<F>(Real::Signalfd) {
         Some(f) => f(fd, mask, flags),
         None => enosys(),
+    }
+}
+
+/// Whether a call setting the effective (or filesystem) id to `id` changes it from `current`:
+/// only then does the kernel make the process non-dumpable. `-1` leaves an id unchanged.
+fn changes_id(id: u32, current: u32) -> bool {
+    id != u32::MAX && id != current
+}
+
+/// Runs glibc's `which` through `call`, or fails with ENOSYS if it has none.
+unsafe fn credential_call<F: Copy>(which: Real, call: impl FnOnce(F) -> c_int) -> c_int {
+    match real::<F>(which) {
+        Some(f) => call(f),
+        None => enosys(),
+    }
+}
+
+type SetId = unsafe extern "C" fn(u32) -> c_int;
+type SetTwoIds = unsafe extern "C" fn(u32, u32) -> c_int;
+type SetThreeIds = unsafe extern "C" fn(u32, u32, u32) -> c_int;
+
+/// Interposed: see the module's documentation on credential changes.
+///
+/// # Safety
+/// As `setuid(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn setuid(uid: libc::uid_t) -> c_int {
+    if changes_id(uid, libc::geteuid()) {
+        wall::before_credential_change();
+    }
+    credential_call::<SetId>(Real::Setuid, |f| f(uid))
+}
+
+/// Interposed: see the module's documentation on credential changes.
+///
+/// # Safety
+/// As `setgid(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn setgid(gid: libc::gid_t) -> c_int {
+    if changes_id(gid, libc::getegid()) {
+        wall::before_credential_change();
+    }
+    credential_call::<SetId>(Real::Setgid, |f| f(gid))
+}
+
+/// Interposed: see the module's documentation on credential changes.
+///
+/// # Safety
+/// As `seteuid(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn seteuid(euid: libc::uid_t) -> c_int {
+    if changes_id(euid, libc::geteuid()) {
+        wall::before_credential_change();
+    }
+    credential_call::<SetId>(Real::Seteuid, |f| f(euid))
+}
+
+/// Interposed: see the module's documentation on credential changes.
+///
+/// # Safety
+/// As `setegid(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn setegid(egid: libc::gid_t) -> c_int {
+    if changes_id(egid, libc::getegid()) {
+        wall::before_credential_change();
+    }
+    credential_call::<SetId>(Real::Setegid, |f| f(egid))
+}
+
+/// Interposed: see the module's documentation on credential changes.
+///
+/// # Safety
+/// As `setreuid(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn setreuid(ruid: libc::uid_t, euid: libc::uid_t) -> c_int {
+    if changes_id(euid, libc::geteuid()) {
+        wall::before_credential_change();
+    }
+    credential_call::<SetTwoIds>(Real::Setreuid, |f| f(ruid, euid))
+}
+
+/// Interposed: see the module's documentation on credential changes.
+///
+/// # Safety
+/// As `setregid(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn setregid(rgid: libc::gid_t, egid: libc::gid_t) -> c_int {
+    if changes_id(egid, libc::getegid()) {
+        wall::before_credential_change();
+    }
+    credential_call::<SetTwoIds>(Real::Setregid, |f| f(rgid, egid))
+}
+
+/// Interposed: see the module's documentation on credential changes.
+///
+/// # Safety
+/// As `setresuid(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn setresuid(ruid: libc::uid_t, euid: libc::uid_t, suid: libc::uid_t) -> c_int {
+    if changes_id(euid, libc::geteuid()) {
+        wall::before_credential_change();
+    }
+    credential_call::<SetThreeIds>(Real::Setresuid, |f| f(ruid, euid, suid))
+}
+
+/// Interposed: see the module's documentation on credential changes.
+///
+/// # Safety
+/// As `setresgid(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn setresgid(rgid: libc::gid_t, egid: libc::gid_t, sgid: libc::gid_t) -> c_int {
+    if changes_id(egid, libc::getegid()) {
+        wall::before_credential_change();
+    }
+    credential_call::<SetThreeIds>(Real::Setresgid, |f| f(rgid, egid, sgid))
+}
+
+/// Interposed: see the module's documentation on credential changes. (`setfsuid(-1)` only asks.)
+///
+/// # Safety
+/// As `setfsuid(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn setfsuid(fsuid: libc::uid_t) -> c_int {
+    if changes_id(fsuid, libc::geteuid()) {
+        wall::before_credential_change();
+    }
+    credential_call::<SetId>(Real::Setfsuid, |f| f(fsuid))
+}
+
+/// Interposed: see the module's documentation on credential changes.
+///
+/// # Safety
+/// As `setfsgid(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn setfsgid(fsgid: libc::gid_t) -> c_int {
+    if changes_id(fsgid, libc::getegid()) {
+        wall::before_credential_change();
+    }
+    credential_call::<SetId>(Real::Setfsgid, |f| f(fsgid))
+}
+
+/// Interposed for `PR_SET_DUMPABLE` 0 (see the module's documentation on credential changes);
+/// every other option goes straight to glibc. glibc's `prctl` is C-variadic and reads its four
+/// further arguments whatever the option, as integers in the registers where this function
+/// receives them (x86-64 and aarch64 pass variadic integers as fixed ones), so passing them
+/// on is what the program's call would have done.
+///
+/// # Safety
+/// As `prctl(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn prctl(
+    option: c_int,
+    arg2: libc::c_ulong,
+    arg3: libc::c_ulong,
+    arg4: libc::c_ulong,
+    arg5: libc::c_ulong,
+) -> c_int {
+    if option == libc::PR_SET_DUMPABLE && arg2 == 0 {
+        wall::before_credential_change();
+    }
+    type F = unsafe extern "C" fn(c_int, ...) -> c_int;
+    match real::<F>(Real::Prctl) {
+        Some(f) => f(option, arg2, arg3, arg4, arg5),
+        None => libc::syscall(libc::SYS_prctl, option, arg2, arg3, arg4, arg5) as c_int,
     }
 }

@@ -457,7 +457,9 @@ within each. Exit status 3 when something is flagged.")]
     },
     /// Print the header, every record and the mapped objects.
     Dump { file: PathBuf },
-    /// Validate a profile; say exactly what is wrong and where.
+    /// Validate a profile; say exactly what is wrong and where. A wall-clock profile most of
+    /// whose looks at threads are missing (their state was unreadable) is INCOMPLETE (exit
+    /// status 1); fewer missing looks get a WARNING.
     Check { file: PathBuf },
 }
 
@@ -874,9 +876,8 @@ fn run(command: Command) -> Result<u8, String> {
                 };
                 format!("{}: {e}{readable}", file.display())
             })?;
-            println!(
-                "{}: valid {} profile, period {} us, {} records, {} distinct stacks, {} samples, {} mappings",
-                file.display(),
+            let contents = format!(
+                "{} profile, period {} us, {} records, {} distinct stacks, {} samples, {} mappings",
                 profile.format,
                 profile.period_us,
                 profile.records,
@@ -884,7 +885,32 @@ fn run(command: Command) -> Result<u8, String> {
                 profile.total_samples(),
                 profile.maps.entries.len()
             );
-            Ok(0)
+            // A wall-clock profile whose sampler could not see most threads' state is readable
+            // but not what it claims to be: most of its blocked time is missing.
+            match &profile.maps.wall_looks {
+                Some(w) if w.missing > 0 => {
+                    let missing = format!(
+                        "{} of {} looks at threads ({:.1} %) are missing from this wall-clock profile, their \
+                         blocked time with them ({})",
+                        w.missing,
+                        w.looks,
+                        100.0 * w.missing_share(),
+                        w.reasons_text()
+                    );
+                    if 2 * w.missing > w.looks {
+                        println!("{}: INCOMPLETE {contents}: {missing}", file.display());
+                        Ok(1)
+                    } else {
+                        println!("{}: valid {contents}", file.display());
+                        eprintln!("cpuprof: WARNING: {}: {missing}", file.display());
+                        Ok(0)
+                    }
+                }
+                _ => {
+                    println!("{}: valid {contents}", file.display());
+                    Ok(0)
+                }
+            }
         }
     }
 }

@@ -6,6 +6,7 @@ use super::build_id;
 use super::process::ProcessLine;
 use super::sample_context::SampleContexts;
 use super::signal_weights::SignalWeights;
+use super::wall_looks::WallLooks;
 use std::collections::HashMap;
 
 /// One mapping line: `start-end perms offset dev inode path`.
@@ -52,6 +53,9 @@ pub struct Maps {
     /// The process that wrote the profile, from a `# process` line; `None` when not recorded
     /// (gperftools' profiles, cpuprof's before the line, `merge` of different processes).
     pub process: Option<ProcessLine>,
+    /// Wall-clock profiles: the sampler's looks at threads and those missing, from a
+    /// `# wall-looks` line; `None` when not recorded.
+    pub wall_looks: Option<WallLooks>,
     /// Wall-clock profiles: each record's thread and state, and the threads' names.
     pub contexts: SampleContexts,
 }
@@ -61,7 +65,8 @@ impl Maps {
     /// `$build` in paths is replaced by the path of the last `build=` line; a `# build-id`
     /// line gives its build-id to the mapping with its address range; a `# signal-weights`
     /// line gives the profile's signal weights; a `# process` line the process that wrote it;
-    /// `# context` and `# thread` lines give the records' contexts.
+    /// a `# wall-looks` line the looks a wall-clock profile is missing; `# context` and
+    /// `# thread` lines give the records' contexts.
     ///
     /// Never fails: text that is not UTF-8 is read lossily, and anything unrecognisable is
     /// skipped.
@@ -91,6 +96,7 @@ impl Maps {
         let mut build_ids = HashMap::new();
         let mut signal_weights = None;
         let mut process = None;
+        let mut wall_looks = None;
         let mut contexts = SampleContexts::default();
         for line in text.lines() {
             if let Some(path) = line.trim_start().strip_prefix("build=") {
@@ -107,6 +113,10 @@ impl Maps {
             }
             if let Some(line) = ProcessLine::parse_line(line) {
                 process = process.or(Some(line));
+                continue;
+            }
+            if let Some(looks) = WallLooks::parse_line(line) {
+                wall_looks = wall_looks.or(Some(looks));
                 continue;
             }
             if contexts.parse_line(line) {
@@ -129,6 +139,7 @@ impl Maps {
             entries,
             signal_weights,
             process,
+            wall_looks,
             contexts,
         }
     }

@@ -9,8 +9,9 @@
 //! * [`ProfileWriter`] writes one, record by record, to any [`std::io::Write`].
 //! * [`Maps`] parses the mapping lines at the end of a profile (the process's
 //!   `/proc/self/maps`), with the lines cpuprof adds after them: [`build_id`]s,
-//!   [`SignalWeights`], the [`ProcessLine`] of the process that wrote the profile, and the
-//!   threads and states of wall-clock samples ([`sample_context`]).
+//!   [`SignalWeights`], the [`ProcessLine`] of the process that wrote the profile, the
+//!   threads and states of wall-clock samples ([`sample_context`]), and the looks a wall-clock
+//!   profile is missing ([`WallLooks`]).
 //! * [`pprof::Pprof`] turns a parsed profile into pprof's `profile.proto`, for `go tool pprof`,
 //!   Pyroscope, Parca or speedscope.
 //! * [`database`] names the files of a profile database (one directory per epoch).
@@ -49,6 +50,7 @@ pub mod process;
 pub mod reader;
 pub mod sample_context;
 pub mod signal_weights;
+pub mod wall_looks;
 pub mod writer;
 
 pub use fast_hash::FastHash;
@@ -57,6 +59,7 @@ pub use process::ProcessLine;
 pub use reader::{scan, ParseError, ParseErrorKind, Profile, Record, Sample, Scan};
 pub use sample_context::{ReadContext, SampleContext, SampleContexts, StateKind, ThreadState};
 pub use signal_weights::SignalWeights;
+pub use wall_looks::WallLooks;
 pub use writer::ProfileWriter;
 
 /// Number of slots in the header this crate writes (`0, 3, 0, period_us, 0`); a reader

@@ -12,7 +12,8 @@
 //!
 //! `17` is the record's ordinal in the file (0 for the first record after the header), `41236`
 //! the thread id. States: `cpu`, `runnable`, `blocked:NAME` (in system call NAME, or
-//! `syscall-N` for a number the writer could not name), `fault` (blocked outside a system call,
+//! `syscall-N` for a number the writer could not name, or `unknown` when the sampler could not
+//! tell the call: see [`UNKNOWN_SYSCALL`]), `fault` (blocked outside a system call,
 //! such as a page fault). Names are percent-encoded outside `[A-Za-z0-9._-]`. The spelling
 //! follows the build-id lines' rules (see [`super::build_id`]): it starts with `#` and holds
 //! no `=` or `]`, so google-pprof and go tool pprof skip it. Readers merge records by stack
@@ -98,12 +99,20 @@ impl SampleContext {
     }
 }
 
+/// The system call number of [`ThreadState::Blocked`] when the sampler could not tell which
+/// call a blocked thread is in (its registers came from a context switch, which does not
+/// carry the number on x86-64): spelled `blocked:unknown`.
+pub const UNKNOWN_SYSCALL: u16 = 0x3fff;
+
 /// A state as the file spells it; `syscall_name` names a system call number.
 pub(crate) fn state_text(state: ThreadState, syscall_name: impl Fn(u16) -> Option<&'static str>) -> String {
     match state {
         ThreadState::OnCpu => "cpu".into(),
         ThreadState::Runnable => "runnable".into(),
         ThreadState::Fault => "fault".into(),
+        ThreadState::Blocked {
+            syscall: UNKNOWN_SYSCALL,
+        } => "blocked:unknown".into(),
         ThreadState::Blocked { syscall } => match syscall_name(syscall) {
             Some(name) => format!("blocked:{name}"),
             None => format!("blocked:syscall-{syscall}"),
@@ -322,6 +331,28 @@ mod tests {
         assert_eq!(
             state_text(ThreadState::Blocked { syscall: 9 }, names),
             "blocked:syscall-9"
+        );
+        assert_eq!(
+            state_text(
+                ThreadState::Blocked {
+                    syscall: UNKNOWN_SYSCALL
+                },
+                names
+            ),
+            "blocked:unknown"
+        );
+        let marker = SampleContext {
+            tid: 7,
+            state: ThreadState::Blocked {
+                syscall: UNKNOWN_SYSCALL,
+            },
+        }
+        .marker();
+        assert_eq!(
+            SampleContext::from_marker(marker).unwrap().state,
+            ThreadState::Blocked {
+                syscall: UNKNOWN_SYSCALL
+            }
         );
         assert_eq!(state_text(ThreadState::Runnable, names), "runnable");
         let kind = |s: &str| {

@@ -2,7 +2,7 @@
 
 pub mod default_actions;
 pub mod handler;
-mod perf_event;
+pub(crate) mod perf_event;
 pub mod runnable_debts;
 pub mod signals;
 mod thread_accounts;

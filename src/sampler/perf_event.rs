@@ -44,6 +44,8 @@ static IDS: [AtomicU64; MAX_BUDGET] = [const { AtomicU64::new(0) }; MAX_BUDGET];
 static ACCOUNTED: [AtomicU64; MAX_BUDGET] = [const { AtomicU64::new(0) }; MAX_BUDGET];
 /// The sampling period of the events, in nanoseconds.
 static PERIOD_NS: AtomicU64 = AtomicU64::new(0);
+/// The `RLIMIT_NOFILE` soft limit when the budget was set.
+static LIMIT_AT_BUDGET: AtomicU64 = AtomicU64::new(u64::MAX);
 
 /// Sets the descriptor budget below cpuprof's own descriptors ([`crate::sys::fd::high_floor`],
 /// under the `RLIMIT_NOFILE` soft limit and at most 8192, so the kernel's descriptor table, which
@@ -52,7 +54,62 @@ pub fn set_budget() -> usize {
     let (base, budget) = budget_below(crate::sys::fd::high_floor());
     BASE.store(base, Ordering::Relaxed);
     BUDGET.store(budget, Ordering::Relaxed);
+    LIMIT_AT_BUDGET.store(soft_nofile().unwrap_or(u64::MAX), Ordering::Relaxed);
     budget
+}
+
+/// The `RLIMIT_NOFILE` soft limit now.
+fn soft_nofile() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit fills a local struct.
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0).then_some(limit.rlim_cur)
+}
+
+/// The program lowered its `RLIMIT_NOFILE` soft limit since the budget was set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoweredLimit {
+    /// The soft limit now.
+    pub limit: u64,
+    /// No number of the budget is below it: no perf event can be placed any more.
+    pub none_left: bool,
+}
+
+impl LoweredLimit {
+    /// Why a thread gets a POSIX CPU timer instead of a perf event.
+    pub fn explain(&self) -> String {
+        if self.none_left && self.limit <= FD_SETSIZE {
+            format!(
+                "the program lowered RLIMIT_NOFILE to {}: no descriptor numbers above FD_SETSIZE left",
+                self.limit
+            )
+        } else if self.none_left {
+            format!(
+                "the program lowered RLIMIT_NOFILE to {}: no descriptor numbers left where perf events go (from {} up)",
+                self.limit,
+                BASE.load(Ordering::Relaxed)
+            )
+        } else {
+            format!(
+                "the program lowered RLIMIT_NOFILE to {}: the descriptor numbers left above FD_SETSIZE below it are taken",
+                self.limit
+            )
+        }
+    }
+}
+
+/// Whether the program lowered its `RLIMIT_NOFILE` soft limit into or below the budget since
+/// it was set (`F_DUPFD` to a number at or above the limit fails with `EINVAL`, so events can
+/// only go below it).
+pub fn lowered_limit() -> Option<LoweredLimit> {
+    let limit = soft_nofile()?;
+    let budget_end = BASE.load(Ordering::Relaxed).max(0) as u64 + BUDGET.load(Ordering::Relaxed) as u64;
+    (limit < LIMIT_AT_BUDGET.load(Ordering::Relaxed) && limit < budget_end).then(|| LoweredLimit {
+        limit,
+        none_left: limit <= BASE.load(Ordering::Relaxed).max(0) as u64,
+    })
 }
 
 /// `(first number, count)` of the descriptors perf events may use below `top`: a quarter of the
@@ -227,12 +284,12 @@ pub(super) unsafe fn rearm_and_weigh(fd: c_int) -> u64 {
 
 // perf_event_open(2) constants and the attribute layout (PERF_ATTR_SIZE_VER5), which the libc
 // crate does not provide for glibc.
-const PERF_TYPE_SOFTWARE: u32 = 1;
+pub(crate) const PERF_TYPE_SOFTWARE: u32 = 1;
 const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
-const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
+pub(crate) const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 const ATTR_DISABLED: u64 = 1 << 0;
 const ATTR_EXCLUDE_KERNEL: u64 = 1 << 5;
-const ATTR_EXCLUDE_HV: u64 = 1 << 6;
+pub(crate) const ATTR_EXCLUDE_HV: u64 = 1 << 6;
 const PERF_EVENT_IOC_REFRESH: libc::c_ulong = 0x2402;
 const PERF_EVENT_IOC_PERIOD: libc::c_ulong = 0x4008_2404;
 const PERF_EVENT_IOC_DISABLE: libc::c_ulong = 0x2401;
@@ -243,26 +300,26 @@ const F_OWNER_TID: c_int = 0;
 
 #[repr(C)]
 #[derive(Default)]
-struct PerfEventAttr {
-    kind: u32,
-    size: u32,
-    config: u64,
-    sample_period: u64,
-    sample_type: u64,
-    read_format: u64,
-    flags: u64,
-    wakeup_events: u32,
-    bp_type: u32,
-    config1: u64,
-    config2: u64,
-    branch_sample_type: u64,
-    sample_regs_user: u64,
-    sample_stack_user: u32,
-    clockid: i32,
-    sample_regs_intr: u64,
-    aux_watermark: u32,
-    sample_max_stack: u16,
-    reserved: u16,
+pub(crate) struct PerfEventAttr {
+    pub kind: u32,
+    pub size: u32,
+    pub config: u64,
+    pub sample_period: u64,
+    pub sample_type: u64,
+    pub read_format: u64,
+    pub flags: u64,
+    pub wakeup_events: u32,
+    pub bp_type: u32,
+    pub config1: u64,
+    pub config2: u64,
+    pub branch_sample_type: u64,
+    pub sample_regs_user: u64,
+    pub sample_stack_user: u32,
+    pub clockid: i32,
+    pub sample_regs_intr: u64,
+    pub aux_watermark: u32,
+    pub sample_max_stack: u16,
+    pub reserved: u16,
 }
 
 #[cfg(test)]
@@ -281,6 +338,30 @@ mod tests {
         assert_eq!(budget_below(0), (0, 0));
         assert_eq!(budget_below(2048 - 64), (1984 - 240, 240));
         assert_eq!(budget_below(8192 - 64), (8128 - 1024, 1024));
+    }
+
+    #[test]
+    fn a_lowered_limit_is_named_by_its_value() {
+        let low = LoweredLimit {
+            limit: 256,
+            none_left: true,
+        };
+        assert_eq!(
+            low.explain(),
+            "the program lowered RLIMIT_NOFILE to 256: no descriptor numbers above FD_SETSIZE left"
+        );
+        let above = LoweredLimit {
+            limit: 1500,
+            none_left: true,
+        };
+        assert!(above
+            .explain()
+            .contains("RLIMIT_NOFILE to 1500: no descriptor numbers left where perf events go"));
+        let taken = LoweredLimit {
+            limit: 6000,
+            none_left: false,
+        };
+        assert!(taken.explain().contains("are taken"));
     }
 
     #[test]

@@ -102,6 +102,10 @@ struct Timers {
     perf_refusal_said: bool,
     /// Perf descriptors the program closed or reused (their threads were re-armed).
     perf_fds_taken: usize,
+    /// Threads given POSIX timers because the program lowered `RLIMIT_NOFILE` under the perf
+    /// descriptors' budget, and the lowest limit said.
+    limit_fallbacks: usize,
+    lowered_limit: Option<u64>,
     last_identity_check: Instant,
     /// Threads of the last listing that are neither in `armed` nor in `unarmed` (cpuprof's
     /// own, and any that ended before they could be armed): with those two, what the thread
@@ -126,6 +130,10 @@ pub struct Stopped {
     pub perf_fds: Vec<c_int>,
     /// Threads that were never sampled because no timer could be armed for them.
     pub unsampled_threads: usize,
+    /// Threads given POSIX timers instead of perf events because the program lowered its
+    /// `RLIMIT_NOFILE` (to `lowered_limit`) below the perf descriptors' numbers.
+    pub limit_fallbacks: usize,
+    pub lowered_limit: Option<u64>,
 }
 
 /// The registry, if per-thread timers run in this process (not in a forked child).
@@ -193,6 +201,8 @@ pub fn start(kind: ThreadTimerKind, signal: c_int, period_ns: u64, excluded: Vec
         unsampled: 0,
         perf_refusal_said: false,
         perf_fds_taken: 0,
+        limit_fallbacks: 0,
+        lowered_limit: None,
         last_identity_check: Instant::now(),
         untracked: 0,
         next_listing: Instant::now(),
@@ -228,6 +238,8 @@ pub fn stop() -> Stopped {
         return Stopped {
             perf_fds: Vec::new(),
             unsampled_threads: 0,
+            limit_fallbacks: 0,
+            lowered_limit: None,
         };
     };
     let mut perf_fds = Vec::new();
@@ -246,6 +258,8 @@ pub fn stop() -> Stopped {
     Stopped {
         perf_fds,
         unsampled_threads: timers.unsampled,
+        limit_fallbacks: timers.limit_fallbacks,
+        lowered_limit: timers.lowered_limit,
     }
 }
 
@@ -452,6 +466,19 @@ impl Timers {
                 }
                 // The thread exited since it was listed.
                 Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return,
+                // F_DUPFD into the budget fails (EINVAL, or EMFILE) once the program has lowered
+                // its limit under it: say so, by the limit, each time it goes lower.
+                Err(_) if perf_event::lowered_limit().is_some() => {
+                    let lowered = perf_event::lowered_limit().unwrap();
+                    self.limit_fallbacks += 1;
+                    if self.lowered_limit.is_none_or(|said| lowered.limit < said) {
+                        self.lowered_limit = Some(lowered.limit);
+                        crate::say!(
+                            "cpuprof: no perf event for thread {tid}: {}; threads from now on get POSIX CPU timers",
+                            lowered.explain()
+                        );
+                    }
+                }
                 Err(e) if !self.perf_refusal_said => {
                     self.perf_refusal_said = true;
                     crate::say!("cpuprof: no perf event for thread {tid} ({e}); such threads get POSIX CPU timers");
@@ -480,6 +507,10 @@ impl Timers {
     fn arm_perf(&self, tid: libc::pid_t) -> io::Result<c_int> {
         if self.perf_armed >= perf_event::budget() {
             return Err(io::Error::other("descriptor budget spent"));
+        }
+        if let Some(lowered) = perf_event::lowered_limit().filter(|l| l.none_left) {
+            // No number to put an event at: not worth a perf_event_open.
+            return Err(io::Error::other(lowered.explain()));
         }
         perf_allowed_here()?;
         perf_event::open(tid, self.signal, self.period_ns)
@@ -565,7 +596,7 @@ pub fn resume(paused: PausedThreadTimer, limit: Duration) {
 
 /// Refuses `perf_event_open` on a thread under a seccomp filter: sandboxes commonly kill the
 /// process on it (systemd's `SystemCallFilter=` leaves it out of `@system-service`).
-fn perf_allowed_here() -> io::Result<()> {
+pub(crate) fn perf_allowed_here() -> io::Result<()> {
     let status = std::fs::read_to_string("/proc/thread-self/status").unwrap_or_default();
     let mode = status.lines().find_map(|l| l.strip_prefix("Seccomp:")).map(str::trim);
     match mode {

@@ -150,6 +150,7 @@ impl Database {
                 contexts: super::contexts::RecordContexts::new(self.thread_labels),
                 beside: None,
                 exec_trailer_at: None,
+                wall: false,
             },
             ends,
             directory,

@@ -45,6 +45,9 @@ pub struct OutputFile {
     /// Completed for an exec under way: where the records ended in the file, and the bytes
     /// the writer had handed over then (see `writer`'s `complete_for_exec`).
     exec_trailer_at: Option<(u64, u64)>,
+    /// It holds a wall sampler's samples: its trailer says how many looks are missing
+    /// (`# wall-looks`).
+    wall: bool,
 }
 
 impl OutputFile {
@@ -61,6 +64,7 @@ impl OutputFile {
             contexts: contexts::RecordContexts::new(thread_labels),
             beside: None,
             exec_trailer_at: None,
+            wall: false,
         })
     }
 
@@ -341,13 +345,15 @@ impl Session {
                     None => OutputFile::create(path, options.period_us(), thread_labels),
                 }
                 .map_err(open_error)?;
+                out.wall = options.wall;
                 if let Some(beside) = &options.wall_beside {
                     let period_us = 1_000_000 / u64::from(beside.frequency.max(1));
-                    let wall_out =
+                    let mut wall_out =
                         OutputFile::create(&beside.path, period_us, false).map_err(|source| Error::Open {
                             path: beside.path.clone(),
                             source,
                         })?;
+                    wall_out.wall = true;
                     out.beside = Some(Box::new(wall_out));
                 }
                 writer::Output::File(out)
@@ -630,11 +636,17 @@ impl Session {
                 );
             }
             if held_by_process {
-                eprintln!(
+                crate::say!(
                     "cpuprof: the process timer's signal ({}) is pending: the program's threads keep it blocked while \
                      they run, and the CPU time since it was last taken is not in the profile (the signal is kept out \
                      of their waits' masks, sigwait sets and signalfds)",
                     crate::sampler::signals::signal_name(self.signal)
+                );
+            }
+            if let (n @ 1.., Some(limit)) = (stopped.limit_fallbacks, stopped.lowered_limit) {
+                crate::say!(
+                    "cpuprof: {n} threads got POSIX CPU timers instead of perf events: the program lowered \
+                     RLIMIT_NOFILE to {limit}, below the descriptor numbers perf events use"
                 );
             }
             if !self.forked_child && self.options.follow_forks && self.options.in_memory.is_none() {

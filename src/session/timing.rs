@@ -81,6 +81,8 @@ pub fn stop(source: SampleSource) -> thread_timers::Stopped {
             thread_timers::Stopped {
                 perf_fds: Vec::new(),
                 unsampled_threads: 0,
+                limit_fallbacks: 0,
+                lowered_limit: None,
             }
         }
         SampleSource::ThreadTimers(_) => thread_timers::stop(),

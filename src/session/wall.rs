@@ -25,19 +25,33 @@
 //! Every sample carries its thread and state (`crate::format::sample_context`): on a CPU,
 //! runnable, blocked in which system call. Threads' names are read in the rounds 1, 2, 4, 8,
 //! ... since a round first listed them, and once more at stop.
+//!
+//! A program that changes its credentials (started as root, it drops to another user) is no
+//! longer dumpable, and its threads' `syscall` files become unreadable to it: descriptors
+//! opened before the change and context-switch records stand in for them
+//! ([`privileges`], [`switches`]). Looks that still cannot tell where a thread is are counted
+//! by reason, reported at stop, and recorded in the profile (`# wall-looks`, see
+//! [`crate::format::wall_looks`]) so that `cpuprof check` can tell a partial profile.
 
-use crate::format::{SampleContext, ThreadState};
+mod privileges;
+mod switches;
+
+pub use privileges::before_credential_change;
+
+use crate::format::sample_context::UNKNOWN_SYSCALL;
+use crate::format::{SampleContext, ThreadState, WallLooks};
 use crate::sampler::handler::{record_other_thread, walk_other_thread};
 use crate::sampler::runnable_debts;
 use crate::sys::fd::GuardedFd;
 use crate::unwind::Registers;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use switches::{Lookup, SwitchRecords};
 
 /// How many threads are looked at per second at most, whatever the frequency. A look at a
 /// thread that has not run is one clock read (0.5 µs measured); at one that has, a read of its
@@ -51,9 +65,66 @@ const KEPT_DESCRIPTORS: usize = 64;
 const MAX_DEPTH: usize = 254;
 /// How often a walk is retried when the thread woke up during it.
 const WALK_ATTEMPTS: usize = 3;
+/// Most PCs whose system call `syscall` lines showed are remembered (for context-switch
+/// records, which do not carry it).
+const LEARNED_PCS: usize = 4096;
+
+/// Why a look recorded nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Missing {
+    /// The thread's syscall file could not be opened (the process is not dumpable) and no
+    /// context-switch events were there to stand in.
+    Denied,
+    /// Context-switch events exist, but none of the thread's switches was recorded.
+    NoSwitch,
+    /// Switch records were lost and the thread ran since its newest.
+    LostSwitches,
+    /// Any other failure to read the thread's state.
+    Unreadable,
+}
+
+impl Missing {
+    const ALL: [Missing; 4] = [
+        Missing::Denied,
+        Missing::NoSwitch,
+        Missing::LostSwitches,
+        Missing::Unreadable,
+    ];
+
+    /// The reason as the `# wall-looks` line spells it.
+    pub fn token(self) -> &'static str {
+        match self {
+            Missing::Denied => "denied",
+            Missing::NoSwitch => "no-switch",
+            Missing::LostSwitches => "lost-switches",
+            Missing::Unreadable => "unreadable",
+        }
+    }
+}
+
+/// Looks and missing looks of the running (or last) wall sampler, for the profile's
+/// `# wall-looks` line, which the writer may write while the sampler runs (a snapshot).
+static LOOKS: AtomicU64 = AtomicU64::new(0);
+static MISSING: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+
+/// The `# wall-looks` line for the wall-clock profile of the current (or last) session.
+pub fn looks_line() -> String {
+    let mut looks = WallLooks {
+        looks: LOOKS.load(Ordering::Relaxed),
+        ..Default::default()
+    };
+    for (reason, count) in Missing::ALL.iter().zip(&MISSING) {
+        let n = count.load(Ordering::Relaxed);
+        if n > 0 {
+            looks.missing += n;
+            looks.reasons.push((reason.token().to_string(), n));
+        }
+    }
+    looks.line()
+}
 
 /// What the wall sampler did, for the summary at stop.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct WallStats {
     /// Threads looked at.
     pub looks: u64,
@@ -63,9 +134,24 @@ pub struct WallStats {
     pub reused: u64,
     /// Samples of threads that kept waking up while being walked, recorded with their PC only.
     pub torn: u64,
-    /// Looks whose syscall file could not be read (out of descriptors, say): their weight is
-    /// missing from the profile.
-    pub unread: u64,
+    /// Looks that recorded nothing, by [`Missing`] reason, and at how many threads.
+    pub missing: [u64; 4],
+    pub missing_threads: [usize; 4],
+    /// Samples whose registers came from context-switch records, and how many of them are in a
+    /// system call that could not be named.
+    pub switch_samples: u64,
+    pub unknown_syscalls: u64,
+    /// Credential changes seen by libcpuprof.so's interposers while sampling.
+    pub credential_changes: u64,
+    /// Threads given context-switch events at those changes, and threads left without.
+    pub switch_threads: usize,
+    pub switch_uncovered: usize,
+    /// Why context-switch events could not be opened, if they could not.
+    pub switch_refused: Option<String>,
+    /// Context-switch records the kernel dropped (full buffers).
+    pub switch_records_lost: u64,
+    /// Whether the process was dumpable at stop.
+    pub dumpable: bool,
     /// Periods spent runnable, recorded (`runnable_periods`) and missing: of threads that
     /// exited before their handler could record them, or whose run delay was unreadable.
     pub runnable_periods: u64,
@@ -73,6 +159,11 @@ pub struct WallStats {
 }
 
 impl WallStats {
+    /// Looks that recorded nothing.
+    pub fn missing_looks(&self) -> u64 {
+        self.missing.iter().sum()
+    }
+
     /// The line printed at stop.
     pub fn summary_line(&self) -> String {
         let mut line = format!(
@@ -85,11 +176,22 @@ impl WallStats {
                 self.torn
             );
         }
-        if self.unread > 0 {
+        if self.switch_samples > 0 {
             line += &format!(
-                "; {} looks could not read the thread's state and are missing",
-                self.unread
+                "; {} samples of threads whose syscall file is unreadable took their registers from \
+                 context switches ({} in a system call that could not be named: blocked:unknown)",
+                self.switch_samples, self.unknown_syscalls
             );
+        }
+        for (i, reason) in Missing::ALL.iter().enumerate() {
+            if self.missing[i] > 0 {
+                line += &format!(
+                    "; {} looks at {} threads could not read the thread's state and are missing: {}",
+                    self.missing[i],
+                    self.missing_threads[i],
+                    self.explain(*reason)
+                );
+            }
         }
         line += &format!("; {} periods spent runnable", self.runnable_periods);
         if self.runnable_missing > 0 {
@@ -100,12 +202,40 @@ impl WallStats {
         }
         line
     }
+
+    fn explain(&self, reason: Missing) -> String {
+        let not_dumpable = "the process is not dumpable (it changed its credentials), so \
+                            /proc/self/task/TID/syscall is root's and unreadable to it";
+        match reason {
+            Missing::Denied if self.credential_changes == 0 => format!(
+                "{not_dumpable}, and libcpuprof.so saw no credential change (made by a raw system call, or \
+                 before profiling started) before which it could have opened them"
+            ),
+            Missing::Denied => format!(
+                "{not_dumpable}; these threads started after the change and no context-switch events stand in \
+                 ({})",
+                self.switch_refused.as_deref().unwrap_or("none could be opened")
+            ),
+            Missing::NoSwitch => format!(
+                "{not_dumpable}; context-switch events stand in, but none of these threads' switches was \
+                 recorded (blocked since before the change, or started by one of the {} threads without events)",
+                self.switch_uncovered
+            ),
+            Missing::LostSwitches => format!(
+                "{} context-switch records were lost (full buffers) and these threads ran since their newest",
+                self.switch_records_lost
+            ),
+            Missing::Unreadable => "their state files could not be read (out of descriptors?)".to_string(),
+        }
+    }
 }
 
-/// What reading a thread's syscall file gave.
+/// What reading a thread's file gave.
 enum Read {
     Line,
     Gone,
+    /// `EACCES`: the process is not dumpable and not privileged.
+    Denied,
     Unreadable,
 }
 
@@ -122,10 +252,20 @@ impl WallSampler {
         let stop = Arc::new(AtomicBool::new(false));
         let (tid_tx, tid_rx) = std::sync::mpsc::channel();
         let flag = stop.clone();
+        LOOKS.store(0, Ordering::Relaxed);
+        for count in &MISSING {
+            count.store(0, Ordering::Relaxed);
+        }
         let builder = std::thread::Builder::new().name("cpuprof-wall".into());
         let thread = crate::sys::thread::spawn_signal_free(builder, move || {
-            let _ = tid_tx.send(crate::sampler::thread_timers::gettid());
-            run(frequency.max(1), &flag, excluded)
+            let own = crate::sampler::thread_timers::gettid();
+            let mut ours = excluded.clone();
+            ours.push(own);
+            privileges::register(ours);
+            let _ = tid_tx.send(own);
+            let stats = run(frequency.max(1), &flag, excluded);
+            privileges::unregister();
+            stats
         })?;
         let tid = tid_rx
             .recv()
@@ -152,12 +292,22 @@ struct Tracked {
     /// The tick it was last looked at (or listed at, before its first look).
     last_tick: u64,
     fd: Option<GuardedFd>,
+    /// Its syscall file could not be opened (`EACCES`): not tried again while unprivileged.
+    denied: bool,
+    /// Its `stat`, for the state of a thread whose syscall file is unreadable.
+    stat_fd: Option<GuardedFd>,
     walked: Option<Walked>,
     /// Rounds it has been listed in: its name is read in rounds 1, 2, 4, 8, ... (a thread
     /// usually names itself just after it starts, but maybe after a busy machine lets it run).
     rounds: u32,
-    /// Time spent runnable: see [`account_runnable`].
+    /// Time spent runnable: see [`Looker::account_runnable`].
     runnable: Runnable,
+}
+
+impl Tracked {
+    fn descriptors(&self) -> usize {
+        usize::from(self.fd.is_some()) + usize::from(self.stat_fd.is_some()) + usize::from(self.runnable.fd.is_some())
+    }
 }
 
 /// What the sampler knows of a thread's time spent runnable.
@@ -172,17 +322,60 @@ struct Runnable {
     was_blocked: bool,
 }
 
+/// Where a look found a thread.
+enum Found {
+    Blocked {
+        regs: Registers,
+        state: ThreadState,
+        evidence: Evidence,
+    },
+    /// Running or runnable (its CPU timer samples it), or gone.
+    NotBlocked,
+    Missing(Missing),
+}
+
+/// What a walk's result is checked against: the thread must not have moved meanwhile.
+enum Evidence {
+    /// The syscall line the registers came from.
+    Line(Vec<u8>),
+    /// The serial of the context-switch record they came from.
+    Switch(u64),
+}
+
+/// The sampler's working state, besides the threads.
+struct Looker {
+    period: Duration,
+    /// Descriptors held in `Tracked`s.
+    kept: usize,
+    line: Vec<u8>,
+    frames: Vec<u64>,
+    stats: WallStats,
+    missing_tids: [BTreeSet<libc::pid_t>; 4],
+    /// Syscall descriptors handed over at credential changes, not yet given to their threads.
+    spare: HashMap<libc::pid_t, GuardedFd>,
+    switches: SwitchRecords,
+    /// PC -> the system call `syscall` lines showed there (`u16::MAX`: several).
+    learned: HashMap<u64, u16>,
+}
+
 fn run(frequency: u32, stop: &AtomicBool, excluded: Vec<libc::pid_t>) -> WallStats {
-    let mut stats = WallStats::default();
     let period = Duration::from_nanos(1_000_000_000 / u64::from(frequency));
     let per_tick = (CHECKS_PER_SECOND / frequency).max(1) as usize;
     let own = crate::sampler::thread_timers::gettid();
     let mut threads: BTreeMap<libc::pid_t, Tracked> = BTreeMap::new();
     let mut order: Vec<libc::pid_t> = Vec::new();
     let mut cursor = 0;
-    let mut kept = 0;
-    let mut frames = vec![0u64; MAX_DEPTH];
-    let mut line = Vec::with_capacity(256);
+    let mut looker = Looker {
+        period,
+        kept: 0,
+        line: Vec::with_capacity(256),
+        frames: vec![0u64; MAX_DEPTH],
+        stats: WallStats::default(),
+        missing_tids: Default::default(),
+        spare: HashMap::new(),
+        switches: SwitchRecords::default(),
+        learned: HashMap::new(),
+    };
     let mut next = Instant::now() + period;
     let mut tick = 0u64;
     while !stop.load(Ordering::SeqCst) {
@@ -200,6 +393,10 @@ fn run(frequency: u32, stop: &AtomicBool, excluded: Vec<libc::pid_t>) -> WallSta
             break;
         }
         tick += u64::from(missed) + 1;
+        looker.take_handed();
+        if let Some(events) = privileges::SWITCHES.lock().as_mut() {
+            events.drain(&mut looker.switches);
+        }
         if cursor >= order.len() {
             // A new round: the thread list is read once per round, so its cost is shared by
             // all the looks of the round.
@@ -216,15 +413,19 @@ fn run(frequency: u32, stop: &AtomicBool, excluded: Vec<libc::pid_t>) -> WallSta
             threads.retain(|tid, t| {
                 let keep = live.binary_search(tid).is_ok();
                 if !keep {
-                    kept -= usize::from(t.fd.is_some()) + usize::from(t.runnable.fd.is_some());
-                    stats.runnable_missing += runnable_debts::forget(*tid as u32);
+                    looker.kept -= t.descriptors();
+                    looker.stats.runnable_missing += runnable_debts::forget(*tid as u32);
                 }
                 keep
             });
+            looker.spare.retain(|tid, _| live.binary_search(tid).is_ok());
+            looker.switches.retain(&live);
             for &tid in &live {
                 let tracked = threads.entry(tid).or_insert(Tracked {
                     last_tick: tick - 1,
                     fd: None,
+                    denied: false,
+                    stat_fd: None,
                     walked: None,
                     rounds: 0,
                     runnable: Runnable::default(),
@@ -247,135 +448,291 @@ fn run(frequency: u32, stop: &AtomicBool, excluded: Vec<libc::pid_t>) -> WallSta
             };
             let weight = tick - tracked.last_tick;
             tracked.last_tick = tick;
-            stats.looks += 1;
+            looker.stats.looks += 1;
+            LOOKS.fetch_add(1, Ordering::Relaxed);
             // Runnable time first: it is charged by what the previous look found.
-            account_runnable(tid, tracked, period, &mut kept, &mut line, &mut stats);
-            look(tid, tracked, weight, &mut kept, &mut line, &mut frames, &mut stats);
+            looker.account_runnable(tid, tracked);
+            looker.look(tid, tracked, weight);
         }
     }
     // Names given late (or changed) since the last read.
     for &tid in threads.keys() {
         crate::sys::thread_names::read(tid);
     }
-    stats
+    looker.finish()
 }
 
-/// Looks at thread `tid` once and records what it is blocked in, `weight` times.
-fn look(
-    tid: libc::pid_t,
-    tracked: &mut Tracked,
-    weight: u64,
-    kept: &mut usize,
-    line: &mut Vec<u8>,
-    frames: &mut [u64],
-    stats: &mut WallStats,
-) {
-    for attempt in 0..WALK_ATTEMPTS {
-        let Some(cpu_ns) = thread_cpu_ns(tid) else {
-            return; // gone
-        };
-        // A thread whose CPU clock did not move has not run: it is where it was last walked
-        // (or has just been woken and waits for a CPU). One clock read, no file read.
-        if let Some(w) = tracked.walked.as_ref().filter(|w| w.cpu_ns == cpu_ns) {
-            stats.reused += 1;
-            record_other_thread(&w.frames, w.context, weight);
-            tracked.runnable.was_blocked = true;
-            return;
+impl Looker {
+    /// Descriptors opened for the sampler at a credential change, kept until their threads
+    /// are looked at.
+    fn take_handed(&mut self) {
+        for (tid, fd) in privileges::take_handed() {
+            self.spare.entry(tid).or_insert(fd);
         }
-        tracked.runnable.was_blocked = false;
-        match read_task_file(tid, "syscall", &mut tracked.fd, kept, line) {
-            Read::Line => {}
-            Read::Gone => return,
-            Read::Unreadable => {
-                stats.unread += 1;
+    }
+
+    /// Counts a look that recorded nothing.
+    fn missing(&mut self, reason: Missing, tid: libc::pid_t) {
+        let i = reason as usize;
+        self.stats.missing[i] += 1;
+        MISSING[i].fetch_add(1, Ordering::Relaxed);
+        self.missing_tids[i].insert(tid);
+    }
+
+    fn finish(mut self) -> WallStats {
+        for (i, tids) in self.missing_tids.iter().enumerate() {
+            self.stats.missing_threads[i] = tids.len();
+        }
+        self.stats.credential_changes = privileges::changes();
+        if let Some(events) = privileges::SWITCHES.lock().as_ref() {
+            self.stats.switch_threads = events.covered();
+            self.stats.switch_uncovered = events.uncovered;
+            self.stats.switch_refused = events.refused.clone();
+        }
+        self.stats.switch_records_lost = self.switches.lost;
+        self.stats.dumpable = privileges::dumpable();
+        self.stats
+    }
+
+    /// Looks at thread `tid` once and records what it is blocked in, `weight` times.
+    fn look(&mut self, tid: libc::pid_t, tracked: &mut Tracked, weight: u64) {
+        for attempt in 0..WALK_ATTEMPTS {
+            let Some(cpu_ns) = thread_cpu_ns(tid) else {
+                return; // gone
+            };
+            // A thread whose CPU clock did not move has not run: it is where it was last walked
+            // (or has just been woken and waits for a CPU). One clock read, no file read.
+            if let Some(w) = tracked.walked.as_ref().filter(|w| w.cpu_ns == cpu_ns) {
+                self.stats.reused += 1;
+                record_other_thread(&w.frames, w.context, weight);
+                tracked.runnable.was_blocked = true;
                 return;
             }
+            tracked.runnable.was_blocked = false;
+            let (regs, state, evidence) = match self.where_blocked(tid, tracked, cpu_ns) {
+                Found::Blocked { regs, state, evidence } => (regs, state, evidence),
+                Found::NotBlocked => return, // running or runnable: its CPU timer samples it
+                Found::Missing(reason) => {
+                    self.missing(reason, tid);
+                    return;
+                }
+            };
+            let context = SampleContext { tid: tid as u32, state };
+            self.stats.walks += 1;
+            let n = walk_other_thread(regs, &mut self.frames);
+            // The walk read a consistent stack only if the thread did not run meanwhile.
+            let unchanged = thread_cpu_ns(tid) == Some(cpu_ns) && self.still_there(tid, tracked, &evidence);
+            if unchanged && n > 0 {
+                record_other_thread(&self.frames[..n], context, weight);
+                self.note_switch_sample(&evidence, state);
+                tracked.runnable.was_blocked = true;
+                tracked.walked = Some(Walked {
+                    cpu_ns,
+                    frames: self.frames[..n].to_vec(),
+                    context,
+                });
+                return;
+            }
+            if attempt + 1 == WALK_ATTEMPTS {
+                self.stats.torn += 1;
+                record_other_thread(&[regs.pc], context, weight);
+                self.note_switch_sample(&evidence, state);
+            }
         }
-        let Some((regs, state)) = parse_blocked(line) else {
-            return; // running or runnable: its CPU timer samples it
+    }
+
+    fn note_switch_sample(&mut self, evidence: &Evidence, state: ThreadState) {
+        if let Evidence::Switch(_) = evidence {
+            self.stats.switch_samples += 1;
+            if state
+                == (ThreadState::Blocked {
+                    syscall: UNKNOWN_SYSCALL,
+                })
+            {
+                self.stats.unknown_syscalls += 1;
+            }
+        }
+    }
+
+    /// Where thread `tid` is blocked: from its syscall file, else from its newest context switch.
+    fn where_blocked(&mut self, tid: libc::pid_t, tracked: &mut Tracked, cpu_ns: u64) -> Found {
+        for _ in 0..2 {
+            match self.spare.remove(&tid) {
+                Some(fd) if tracked.fd.is_none() => {
+                    tracked.fd = Some(fd);
+                    self.kept += 1;
+                }
+                // It has one of its own, opened before the change: the spare one is closed.
+                _ => {}
+            }
+            // SAFETY: geteuid has no preconditions.
+            if tracked.fd.is_none() && tracked.denied && unsafe { libc::geteuid() } != 0 {
+                break; // opening it again would be refused again
+            }
+            match read_task_file(tid, "syscall", &mut tracked.fd, &mut self.kept, &mut self.line) {
+                Read::Line => {
+                    tracked.denied = false;
+                    let Some((mut regs, state)) = parse_blocked(&self.line) else {
+                        return Found::NotBlocked;
+                    };
+                    // A switch record that left the thread at the same place has the frame
+                    // pointer the line lacks.
+                    if let Some(full) = self.switches.registers_at(tid, regs.pc, regs.sp) {
+                        regs = full;
+                    }
+                    if let ThreadState::Blocked { syscall } = state {
+                        self.learn(regs.pc, syscall);
+                    }
+                    return Found::Blocked {
+                        regs,
+                        state,
+                        evidence: Evidence::Line(self.line.clone()),
+                    };
+                }
+                Read::Gone => return Found::NotBlocked,
+                Read::Unreadable => return Found::Missing(Missing::Unreadable),
+                Read::Denied => {
+                    tracked.denied = true;
+                    // A credential change may have handed its descriptor over since the tick began.
+                    self.take_handed();
+                    if !self.spare.contains_key(&tid) {
+                        break;
+                    }
+                }
+            }
+        }
+        self.where_switches_left(tid, tracked, cpu_ns)
+    }
+
+    /// Where thread `tid`, whose syscall file is unreadable, is blocked, from its `stat` (running
+    /// or not) and its newest context-switch record.
+    fn where_switches_left(&mut self, tid: libc::pid_t, tracked: &mut Tracked, cpu_ns: u64) -> Found {
+        match read_task_file(tid, "stat", &mut tracked.stat_fd, &mut self.kept, &mut self.line) {
+            Read::Line => match parse_stat_state(&self.line) {
+                Some(b'R') | Some(b'Z') | Some(b'X') | None => return Found::NotBlocked,
+                Some(_) => {}
+            },
+            Read::Gone => return Found::NotBlocked,
+            Read::Denied | Read::Unreadable => return Found::Missing(Missing::Unreadable),
+        }
+        {
+            let mut events = privileges::SWITCHES.lock();
+            match events.as_mut() {
+                Some(events) if events.covered() > 0 => events.drain(&mut self.switches),
+                _ => return Found::Missing(Missing::Denied),
+            }
+        }
+        match self.switches.lookup(tid, cpu_ns) {
+            Lookup::Found { regs, syscall, serial } => {
+                let syscall = syscall
+                    .or_else(|| self.learned.get(&regs.pc).copied().filter(|n| *n != u16::MAX))
+                    .or_else(|| switches::syscall_before(regs.pc))
+                    .unwrap_or(UNKNOWN_SYSCALL);
+                Found::Blocked {
+                    regs,
+                    state: ThreadState::Blocked { syscall },
+                    evidence: Evidence::Switch(serial),
+                }
+            }
+            Lookup::NoRecord => Found::Missing(Missing::NoSwitch),
+            Lookup::Lost => Found::Missing(Missing::LostSwitches),
+        }
+    }
+
+    /// Whether thread `tid` is still where `evidence` put it, after its walk.
+    fn still_there(&mut self, tid: libc::pid_t, tracked: &mut Tracked, evidence: &Evidence) -> bool {
+        match evidence {
+            Evidence::Line(line) => {
+                let mut after = Vec::with_capacity(line.len());
+                matches!(
+                    read_task_file(tid, "syscall", &mut tracked.fd, &mut self.kept, &mut after),
+                    Read::Line
+                ) && after == *line
+            }
+            Evidence::Switch(serial) => {
+                if let Some(events) = privileges::SWITCHES.lock().as_mut() {
+                    events.drain(&mut self.switches);
+                }
+                self.switches.serial_of(tid) == Some(*serial)
+            }
+        }
+    }
+
+    /// Remembers that a thread blocked at `pc` was in system call `syscall`.
+    fn learn(&mut self, pc: u64, syscall: u16) {
+        let full = self.learned.len() >= LEARNED_PCS;
+        match self.learned.get_mut(&pc) {
+            Some(known) if *known != syscall => *known = u16::MAX,
+            Some(_) => {}
+            None if !full => {
+                self.learned.insert(pc, syscall);
+            }
+            None => {}
+        }
+    }
+
+    /// Time spent runnable, from the kernel's run delay (`schedstat`'s second field, the ns a
+    /// thread has waited on a run queue), read when the thread's CPU clock moved since the last
+    /// read (the run delay grows only as a thread gets a CPU, so it cannot have moved otherwise).
+    /// Whole periods of it are charged, exactly rather than sampled: to where the thread was
+    /// blocked at the previous look if it was (time waiting for a CPU after being woken), else
+    /// to the stack its own handler samples next (time preempted while running;
+    /// `runnable_debts`).
+    fn account_runnable(&mut self, tid: libc::pid_t, tracked: &mut Tracked) {
+        let Some(cpu_ns) = thread_cpu_ns(tid) else {
+            return;
         };
-        let context = SampleContext { tid: tid as u32, state };
-        stats.walks += 1;
-        let n = walk_other_thread(regs, frames);
-        // The walk read a consistent stack only if the thread did not run meanwhile.
-        let mut after = Vec::with_capacity(line.len());
-        let unchanged = thread_cpu_ns(tid) == Some(cpu_ns)
-            && matches!(
-                read_task_file(tid, "syscall", &mut tracked.fd, kept, &mut after),
-                Read::Line
-            )
-            && after == *line;
-        if unchanged && n > 0 {
-            record_other_thread(&frames[..n], context, weight);
-            tracked.runnable.was_blocked = true;
-            tracked.walked = Some(Walked {
-                cpu_ns,
-                frames: frames[..n].to_vec(),
-                context,
-            });
+        if tracked.runnable.last.is_some_and(|(cpu, _)| cpu == cpu_ns) {
             return;
         }
-        if attempt + 1 == WALK_ATTEMPTS {
-            stats.torn += 1;
-            record_other_thread(&[regs.pc], context, weight);
+        let delay_ns = match read_task_file(
+            tid,
+            "schedstat",
+            &mut tracked.runnable.fd,
+            &mut self.kept,
+            &mut self.line,
+        ) {
+            Read::Line => match parse_run_delay(&self.line) {
+                Some(ns) => ns,
+                None => return,
+            },
+            Read::Gone | Read::Denied | Read::Unreadable => return,
+        };
+        let r = &mut tracked.runnable;
+        let Some((_, last_delay)) = r.last.replace((cpu_ns, delay_ns)) else {
+            return; // the first read: what came before the profile is not its time
+        };
+        r.carry_ns += delay_ns.saturating_sub(last_delay);
+        let period_ns = self.period.as_nanos() as u64;
+        let periods = r.carry_ns / period_ns;
+        r.carry_ns %= period_ns;
+        if periods == 0 {
+            return;
+        }
+        let stats = &mut self.stats;
+        stats.runnable_periods += periods;
+        match &tracked.walked {
+            Some(w) if r.was_blocked => {
+                let context = SampleContext {
+                    state: ThreadState::Runnable,
+                    ..w.context
+                };
+                record_other_thread(&w.frames, context, periods);
+            }
+            _ => {
+                if !runnable_debts::owe(tid as u32, periods) {
+                    stats.runnable_periods -= periods;
+                    stats.runnable_missing += periods;
+                }
+            }
         }
     }
 }
 
-/// Time spent runnable, from the kernel's run delay (`schedstat`'s second field, the ns a
-/// thread has waited on a run queue), read when the thread's CPU clock moved since the last
-/// read (the run delay grows only as a thread gets a CPU, so it cannot have moved otherwise).
-/// Whole periods of it are charged, exactly rather than sampled: to where the thread was
-/// blocked at the previous look if it was (time waiting for a CPU after being woken), else to
-/// the stack its own handler samples next (time preempted while running; `runnable_debts`).
-fn account_runnable(
-    tid: libc::pid_t,
-    tracked: &mut Tracked,
-    period: Duration,
-    kept: &mut usize,
-    line: &mut Vec<u8>,
-    stats: &mut WallStats,
-) {
-    let Some(cpu_ns) = thread_cpu_ns(tid) else {
-        return;
-    };
-    if tracked.runnable.last.is_some_and(|(cpu, _)| cpu == cpu_ns) {
-        return;
-    }
-    let delay_ns = match read_task_file(tid, "schedstat", &mut tracked.runnable.fd, kept, line) {
-        Read::Line => match parse_run_delay(line) {
-            Some(ns) => ns,
-            None => return,
-        },
-        Read::Gone | Read::Unreadable => return,
-    };
-    let r = &mut tracked.runnable;
-    let Some((_, last_delay)) = r.last.replace((cpu_ns, delay_ns)) else {
-        return; // the first read: what came before the profile is not its time
-    };
-    r.carry_ns += delay_ns.saturating_sub(last_delay);
-    let period_ns = period.as_nanos() as u64;
-    let periods = r.carry_ns / period_ns;
-    r.carry_ns %= period_ns;
-    if periods == 0 {
-        return;
-    }
-    stats.runnable_periods += periods;
-    match &tracked.walked {
-        Some(w) if r.was_blocked => {
-            let context = SampleContext {
-                state: ThreadState::Runnable,
-                ..w.context
-            };
-            record_other_thread(&w.frames, context, periods);
-        }
-        _ => {
-            if !runnable_debts::owe(tid as u32, periods) {
-                stats.runnable_periods -= periods;
-                stats.runnable_missing += periods;
-            }
-        }
-    }
+/// The state letter of a `stat` line (`R`, `S`, `D`, ...), after the name in parentheses.
+fn parse_stat_state(line: &[u8]) -> Option<u8> {
+    let close = line.iter().rposition(|&b| b == b')')?;
+    line.get(close + 2).copied()
 }
 
 /// The run delay (ns) in a `schedstat` line: `on-CPU-ns run-delay-ns timeslices`.
@@ -433,6 +790,7 @@ fn read_task_file(
             let file = match std::fs::File::open(&path) {
                 Ok(file) => file,
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Read::Gone,
+                Err(e) if e.raw_os_error() == Some(libc::EACCES) => return Read::Denied,
                 Err(_) => return Read::Unreadable,
             };
             if *kept < KEPT_DESCRIPTORS {
@@ -487,6 +845,34 @@ mod tests {
         assert_eq!(state, ThreadState::Fault);
         assert!(parse_blocked(b"running\n").is_none());
         assert!(parse_blocked(b"").is_none());
+    }
+
+    #[test]
+    fn the_state_of_a_stat_line_follows_the_name_whatever_it_holds() {
+        assert_eq!(parse_stat_state(b"41236 (a) b) S 1 2 3"), Some(b'S'));
+        assert_eq!(parse_stat_state(b"7 (memcached) R 1"), Some(b'R'));
+        assert_eq!(parse_stat_state(b"7 (x"), None);
+    }
+
+    #[test]
+    fn the_looks_line_counts_missing_looks_by_reason() {
+        let stats = WallStats {
+            looks: 10,
+            missing: [3, 0, 0, 1],
+            missing_threads: [2, 0, 0, 1],
+            credential_changes: 1,
+            switch_refused: Some("Permission denied (os error 13)".into()),
+            ..Default::default()
+        };
+        assert_eq!(stats.missing_looks(), 4);
+        let line = stats.summary_line();
+        assert!(
+            line.contains(
+                "3 looks at 2 threads could not read the thread's state and are missing: the process is not dumpable"
+            ) && line.contains("Permission denied")
+                && line.contains("1 looks at 1 threads could not read"),
+            "{line}"
+        );
     }
 
     #[test]

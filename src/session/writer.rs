@@ -605,8 +605,9 @@ fn process_line() -> String {
 }
 
 /// What follows the trailer: the maps (with build-ids), the samples' signal weights, the
-/// process that wrote the profile, and the records' contexts.
-fn trailer_text(mappings: &mut SeenMappings, weights: SignalWeights, contexts: &RecordContexts) -> Vec<u8> {
+/// process that wrote the profile, the records' contexts, and for a wall-clock profile
+/// (`wall`) the wall sampler's missing looks.
+fn trailer_text(mappings: &mut SeenMappings, weights: SignalWeights, contexts: &RecordContexts, wall: bool) -> Vec<u8> {
     let maps = read_self_maps();
     // The program may have closed or reused the descriptor since the last tick: read ELF
     // images through one that is ours, not through its file.
@@ -615,6 +616,9 @@ fn trailer_text(mappings: &mut SeenMappings, weights: SignalWeights, contexts: &
     let mut text = mappings.complete(&maps);
     text.extend_from_slice(weights.line().as_bytes());
     text.extend_from_slice(process_line().as_bytes());
+    if wall {
+        text.extend_from_slice(super::wall::looks_line().as_bytes());
+    }
     text.extend_from_slice(&contexts.text());
     text
 }
@@ -648,11 +652,12 @@ impl OutputFile {
             contexts,
             beside,
             exec_trailer_at,
+            wall,
         } = self;
         debug_assert!(exec_trailer_at.is_none(), "taken back by Output::complete");
         let written = match error {
             Some(e) => Err(e),
-            None => writer.write_trailer(&trailer_text(&mut mappings, weights, &contexts)),
+            None => writer.write_trailer(&trailer_text(&mut mappings, weights, &contexts, wall)),
         };
         let file = writer.into_inner();
         let bytes = file.bytes_in_file();
@@ -682,6 +687,7 @@ impl OutputFile {
             &mut self.mappings,
             state.signal_weights(),
             &self.contexts,
+            self.wall,
         ));
         Ok(bytes)
     }
@@ -704,7 +710,7 @@ impl OutputFile {
             return;
         };
         let written = self.writer.bytes_written();
-        let text = trailer_text(&mut self.mappings, state.signal_weights(), &self.contexts);
+        let text = trailer_text(&mut self.mappings, state.signal_weights(), &self.contexts, self.wall);
         if let Err(e) = self.writer.write_trailer(&text) {
             self.error = Some(e);
             return;
@@ -729,7 +735,7 @@ impl OutputFile {
             return;
         };
         let written = self.writer.bytes_written();
-        let text = trailer_text(&mut self.mappings, weights, &self.contexts);
+        let text = trailer_text(&mut self.mappings, weights, &self.contexts, self.wall);
         match self.writer.write_trailer(&text) {
             Ok(()) => self.exec_trailer_at = Some((records_end, written)),
             Err(e) => self.error = Some(e),

@@ -13,7 +13,10 @@
  *                               perf_event_open, then burns CPU in 4 new threads
  *   timer_hazards sandboxed     installs the same filter, then execs itself in "burn" mode, so
  *                               the profiler starts inside the sandbox
- *   timer_hazards burn          burns CPU in 4 threads */
+ *   timer_hazards burn          burns CPU in 4 threads
+ *   timer_hazards lowerlimit N  lowers its RLIMIT_NOFILE soft limit to N (hard limit kept), then
+ *                               burns 0.5 s of CPU in each of 4 new threads and the main one;
+ *                               prints the limit and, on stderr, `cpu SECONDS` (all threads) */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -26,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/select.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -151,6 +155,16 @@ int main(int argc, char **argv) {
     fflush(stdout);
     execl("/proc/self/exe", argv[0], "burn", (char *)NULL);
     return 4;
+  } else if (!strcmp(mode, "lowerlimit")) {
+    struct rlimit limit;
+    if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return 5;
+    limit.rlim_cur = n;
+    if (setrlimit(RLIMIT_NOFILE, &limit) != 0) return 5;
+    burn_in_threads(4, 0.5);
+    struct timespec cpu;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
+    fprintf(stderr, "cpu %.3f\n", cpu.tv_sec + cpu.tv_nsec / 1e9);
+    printf("lowered RLIMIT_NOFILE to %d and burnt\n", n);
   } else if (!strcmp(mode, "burn")) {
     burn_in_threads(4, 0.4);
     printf("burnt\n");
