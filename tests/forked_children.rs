@@ -238,6 +238,50 @@ fn children_forked_while_locks_are_busy_never_hang() {
     );
 }
 
+/// Children that start a thread and are ended by SIGTERM at once (a writer thread starting as
+/// the signal comes, as with Python's pool workers that `terminate` stops): every profile
+/// complete, holding its child's time.
+#[test]
+fn sigterm_as_a_writer_starts_still_completes_the_profile() {
+    let dir = scratch_dir("termthread");
+    let out = same_as_plain(&["termthread", "12", "0.2"], &dir, &[]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).matches("child signal 15").count(),
+        12
+    );
+    let all = profiles(&dir);
+    let kids = children(&all);
+    assert_eq!(kids.len(), 12, "{:?}", all.keys());
+    for (name, child) in kids {
+        assert!(seconds(child) >= 0.1, "{name}: {:.2} s of 0.2 s", seconds(child));
+    }
+}
+
+/// A SIGTERM arriving while a child's `_exit` completes its profile (a pool's `terminate`
+/// racing its worker's exit) waits for the completion: the child exits as it would have, its
+/// profile complete (its handler once found the file held by the very thread it interrupted,
+/// waited, and let the signal kill the child with the file cut short).
+#[test]
+fn a_sigterm_during_the_exit_completion_waits_for_it() {
+    let dir = scratch_dir("exitterm");
+    let out = same_as_plain(&["exitterm", "20"], &dir, &[("CPUPROFILE_FREQUENCY", "1000")]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).matches("child exit 0").count(), 20);
+    assert_eq!(children(&profiles(&dir)).len(), 20);
+}
+
+/// A vfork child that resets every handled signal to SIG_DFL before exec (CPython's
+/// subprocess, posix_spawn) shares cpuprof's memory with its parent: it must change its own
+/// dispositions only (it once started the parent's writer thread, in the child, and the
+/// parent aborted at exit).
+#[test]
+fn a_vfork_child_resetting_signals_leaves_the_parent_alone() {
+    let dir = scratch_dir("vforkreset");
+    same_as_plain(&["vforkreset", "0.3"], &dir, &[]);
+    let all = profiles(&dir);
+    let parent = &all["p.prof"];
+    assert!(seconds(parent) >= 0.2, "{:.2} s of 0.3 s", seconds(parent));
+}
+
 /// A single-threaded process stays single-threaded under the profiler, parent and child:
 /// programs check it (Chromium's zygote) or need it (`unshare(CLONE_NEWUSER)`).
 #[test]

@@ -224,12 +224,7 @@ pub fn summarise(files: &[(PathBuf, u32)], command: &[String], count: usize, mer
         let Ok(bytes) = std::fs::read(path) else { continue };
         match crate::cut_short::read(path, &bytes, &locator) {
             Ok(profile) => {
-                let program = profile
-                    .maps
-                    .entries
-                    .iter()
-                    .find(|e| e.path.starts_with('/'))
-                    .map(|e| (e.path.clone(), e.inode));
+                let program = executable(&profile).map(|e| (e.path.clone(), e.inode));
                 let given = (i == 0).then_some(command[0].as_str());
                 let (name, kind, description) = identify(&profile, program.as_ref().map(|p| p.0.as_str()), given);
                 written.push(Written {
@@ -328,6 +323,17 @@ pub fn summarise(files: &[(PathBuf, u32)], command: &[String], count: usize, mer
 
 /// A process's name, type and description (see [`Written`]), from its profile's `# process`
 /// line and executable; `given`: the name the user gave, for the command's own process.
+/// The executable a profile's maps show: the lowest file with code mapped (the first file alone
+/// can be data: a JVM maps its class-data archive below the `java` launcher).
+fn executable(profile: &Profile) -> Option<&cpuprof::format::maps::MapEntry> {
+    let entries = &profile.maps.entries;
+    let has_code = |path: &str| entries.iter().any(|e| e.path == path && e.perms.contains('x'));
+    entries
+        .iter()
+        .find(|e| e.path.starts_with('/') && has_code(&e.path))
+        .or_else(|| entries.iter().find(|e| e.path.starts_with('/')))
+}
+
 fn identify(profile: &Profile, exe: Option<&str>, given: Option<&str>) -> (String, Option<String>, String) {
     let fallback = || exe.unwrap_or("(program unknown: the file has no maps)").to_string();
     let Some(process) = &profile.maps.process else {

@@ -15,7 +15,7 @@
 use super::default_actions;
 use std::ffi::{c_int, c_void};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// The handler function type for `SA_SIGINFO` handlers.
 pub type SigInfoHandler = unsafe extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void);
@@ -118,6 +118,26 @@ impl Drop for Changing {
 /// handler at the fork does not exist here, so its hold on `CHANGING` must not outlive it.
 pub fn release_in_child() {
     CHANGING.store(false, Ordering::Release);
+    OWNER_PID.store(own_pid(), Ordering::Release);
+}
+
+/// The process whose handlers these are: the one that installed them, or the forked child
+/// that inherited them (`release_in_child`). A `vfork` child (or a `posix_spawn` one) shares
+/// this memory with its parent without being it: its `sigaction` calls (which commonly reset
+/// every handled signal before `exec`, as CPython's and posix_spawn's children do) must change
+/// its own dispositions only, never what cpuprof records for the parent, nor start anything.
+static OWNER_PID: AtomicU32 = AtomicU32::new(0);
+
+fn own_pid() -> u32 {
+    // SAFETY: getpid has no preconditions (not cached by glibc: right in a vfork child).
+    unsafe { libc::getpid() as u32 }
+}
+
+/// Whether the calling process shares cpuprof's memory without owning it (a vfork child).
+/// Async-signal-safe.
+pub fn in_borrowed_memory() -> bool {
+    let owner = OWNER_PID.load(Ordering::Acquire);
+    owner != 0 && owner != own_pid()
 }
 
 /// Our signals whose handler is still ours, as bits `s - 1`.
@@ -200,6 +220,10 @@ pub unsafe fn application_sigaction(signal: c_int, act: *const libc::sigaction, 
     let Some(index) = usize::try_from(signal).ok().filter(|i| (1..65).contains(i)) else {
         return real_sigaction(signal, act, old);
     };
+    if in_borrowed_memory() {
+        // A vfork child: its own dispositions, as libc's sigaction would set them.
+        return real_sigaction(signal, act, old);
+    }
     let held = default_actions::is_held(signal);
     let Some(act) = act.as_ref() else {
         let r = real_sigaction(signal, std::ptr::null(), old);
@@ -327,6 +351,7 @@ pub fn install(signal: c_int, handler: SigInfoHandler) -> Result<(), SignalError
         }
     }
     OURS[index].store(handler as usize, Ordering::Release);
+    OWNER_PID.store(own_pid(), Ordering::Release);
     shield_existing_handlers(signal);
     if handler as usize == crate::sampler::handler::on_profiling_signal as SigInfoHandler as usize {
         take_out_of_open_signalfds(signal);

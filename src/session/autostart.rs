@@ -72,6 +72,11 @@ pub fn start_from_environment() {
     // and once its setenv has run, its getenv finds none of the variables not yet imported
     // (every CPUPROFILE_* option was ignored in bash).
     let Some((path, options)) = profiles_from_env(var, is_privileged()) else {
+        // An endpoint alone (`CPUPROF_HTTP`) makes a process tree too: only its first process
+        // speaks (`http`'s takeover messages of the processes it runs stay quiet).
+        if unnamed_root && var("CPUPROF_HTTP").is_some_and(|v| !v.trim().is_empty()) {
+            name_root();
+        }
         return;
     };
     let toggle = var("CPUPROFILESIGNAL");

@@ -193,6 +193,8 @@ impl PendingWriter {
 static WAITING_WRITER: Mutex<Option<PendingWriter>> = Mutex::new(None);
 /// Set while a writer waits; taken by the one call that starts it.
 static WRITER_WAITS: AtomicBool = AtomicBool::new(false);
+/// The process whose writer waits (a vfork child, sharing its memory, never starts it).
+static WRITER_WAITS_IN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 /// The writer started late, for `stop` to join.
 static LATE_WRITER: Mutex<Option<JoinHandle<writer::Finished>>> = Mutex::new(None);
 
@@ -200,11 +202,14 @@ static LATE_WRITER: Mutex<Option<JoinHandle<writer::Finished>>> = Mutex::new(Non
 /// program is about to start a thread of its own (libcpuprof.so's `pthread_create`), or a
 /// control-plane call needs the writer. Not for signal context.
 pub fn start_waiting_writer() {
-    if !WRITER_WAITS.swap(false, Ordering::SeqCst) {
+    if WRITER_WAITS_IN.load(Ordering::SeqCst) != std::process::id() || !WRITER_WAITS.swap(false, Ordering::SeqCst) {
         return;
     }
     let builder = std::thread::Builder::new().name("cpuprof-writer".into());
     let spawned = crate::sys::thread::spawn_signal_free(builder, || {
+        // Before the file is handed over: an `_exit` or fatal signal from now on waits for this
+        // writer (which may take a while to start) rather than finding no writer at all.
+        writer::claim_process();
         sampler::thread_timers::leave_calling_thread_unsampled();
         // Not in the match: its temporary guard would hold the lock for the writer's life.
         let pending = WAITING_WRITER.lock().take();
@@ -406,6 +411,7 @@ impl Session {
                     sampler::unannounced::watch(signal, period_ns, sampler::thread_timers::gettid());
                 }
                 *WAITING_WRITER.lock() = Some(pending);
+                WRITER_WAITS_IN.store(std::process::id(), Ordering::SeqCst);
                 WRITER_WAITS.store(true, Ordering::SeqCst);
                 (None, None)
             }
@@ -486,6 +492,8 @@ impl Session {
     /// Writes everything sampled so far to the file (without the trailer).
     pub fn flush(&self) {
         if threadless::active() {
+            // A fatal signal during the write waits for it (its handler needs the file).
+            let _quiet = process_end::SignalsHeld::all();
             threadless::flush(&self.state);
         } else {
             self.control.flush_and_wait();

@@ -36,22 +36,76 @@ const LOCK_WAIT: Duration = Duration::from_millis(200);
 /// the file. Nothing happens in a process whose writer is not its own (forked child).
 pub fn before_exit() {
     let errno = save_errno();
-    if threadless::active() {
-        // No writer thread (the process never started one): completed here.
-        sampler::with_published_state(|state| {
-            if threadless::complete(state) {
-                threadless::say_summary(state);
+    // A fatal signal arriving now (a pool's `terminate` racing its worker's `_exit`) waits:
+    // its handler would find the file held by this very thread and give up. It stays blocked
+    // (the mask is not restored): the process ends by `_exit` right after, as it did without
+    // the profiler, where the exit came first. (In a signal's handler, the handler's return
+    // restores the mask, and the signal re-raised takes its default action.)
+    std::mem::forget(SignalsHeld::all());
+    let deadline = crate::sys::futex::monotonic_now() + END_WAIT;
+    loop {
+        if threadless::active() {
+            // No writer thread runs: completed here, once the file is free (a handler on
+            // another thread may be writing the ring, or a writer starting may be taking it).
+            let done = sampler::with_published_state(|state| {
+                let done = threadless::complete(state);
+                if done {
+                    threadless::say_summary(state);
+                }
+                done
+            });
+            if done == Some(true) {
+                children::child_profile_completed();
+                break;
             }
-        });
-        children::child_profile_completed();
-    } else {
-        match writer::request_end(true, END_WAIT) {
+            if done.is_none() || crate::sys::futex::monotonic_now() >= deadline {
+                say(b"cpuprof: the profile could not be completed before the process ended; it holds the records written so far\n");
+                break;
+            }
+            pause_a_millisecond();
+            continue;
+        }
+        match writer::request_end(true, deadline.saturating_sub(crate::sys::futex::monotonic_now())) {
             EndRequest::TimedOut => say(b"cpuprof: the profile could not be completed before the process ended; it holds the records written so far\n"),
             EndRequest::Served => children::child_profile_completed(),
             EndRequest::NoWriter => {}
         }
+        break;
     }
     restore_errno(errno);
+}
+
+/// Every signal blocked on the calling thread (but those glibc keeps for itself) until this is
+/// dropped, which restores the mask it found. Async-signal-safe.
+pub struct SignalsHeld(libc::sigset_t);
+
+impl SignalsHeld {
+    pub fn all() -> SignalsHeld {
+        // SAFETY: plain signal-mask calls on local sets.
+        unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+            SignalsHeld(old)
+        }
+    }
+}
+
+impl Drop for SignalsHeld {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask `all` saved.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut()) };
+    }
+}
+
+fn pause_a_millisecond() {
+    let ms = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 1_000_000,
+    };
+    // SAFETY: nanosleep with a valid duration; async-signal-safe.
+    unsafe { libc::nanosleep(&ms, std::ptr::null_mut()) };
 }
 
 /// Before the process ends by the default action of a signal (`sampler::default_actions`),
@@ -101,6 +155,9 @@ pub fn before_exec(exec_pc: u64) -> Option<ExecPrepared> {
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
     }
     let mut completed_in_place = false;
+    // As in `before_exit`: a fatal signal waits until the file is complete (the mask is the
+    // caller's again before the exec).
+    let _quiet = SignalsHeld::all();
     if children::is_profiled_child() {
         end_child_for_exec();
     } else if threadless::active() {

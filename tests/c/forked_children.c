@@ -12,6 +12,15 @@
  *                        child, and whether unshare(CLONE_NEWUSER) works (it refuses a
  *                        multi-threaded caller)
  *   stacks SECS          burns SECS single-threaded through thousands of distinct call chains
+ *   vforkreset SECS      a vfork child resets every handled signal to SIG_DFL (as CPython's
+ *                        and posix_spawn's children do) and execs /bin/true; then the parent
+ *                        burns SECS in child_burn
+ *   termthread N SECS    N children, one after another, each burning SECS in worker_burn,
+ *                        starting a thread and at once ending by SIGTERM's default action
+ *                        (a writer thread starts as the signal comes)
+ *   exitterm N           N children, one after another, each burning 50 ms in worker_burn and
+ *                        calling _exit(0) with a SIGTERM due 100 us later (a pool's
+ *                        `terminate` racing its worker's exit): plainly the exit always wins
  *   forkloop N           while a thread starts and joins threads without a pause (cpuprof's
  *                        locks taken all the time), forks N children that exit() at once;
  *                        prints "hung H" (children not ended within 2 s, then killed)
@@ -129,6 +138,77 @@ static void *churn(void *arg) {
   return NULL;
 }
 
+static void *sleeper(void *arg) {
+  (void)arg;
+  sleep(10);
+  return NULL;
+}
+
+static int termthread(int n, double seconds) {
+  fflush(stdout);
+  for (int i = 0; i < n; i++) {
+    pid_t c = fork();
+    if (c == 0) {
+      worker_burn(seconds);
+      pthread_t t;
+      pthread_create(&t, NULL, sleeper, NULL);
+      raise(SIGTERM);
+      _exit(1);
+    }
+    int status;
+    waitpid(c, &status, 0);
+    printf("child %s %d\n", WIFSIGNALED(status) ? "signal" : "exit",
+           WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+  }
+  return 0;
+}
+
+static int exitterm(int n) {
+  fflush(stdout);
+  for (int i = 0; i < n; i++) {
+    pid_t c = fork();
+    if (c == 0) {
+      worker_burn(0.05);
+      struct sigevent ev;
+      memset(&ev, 0, sizeof ev);
+      ev.sigev_notify = SIGEV_SIGNAL;
+      ev.sigev_signo = SIGTERM;
+      timer_t t;
+      struct itimerspec soon = {{0, 0}, {0, 100000}};
+      timer_create(CLOCK_MONOTONIC, &ev, &t);
+      timer_settime(t, 0, &soon, NULL);
+      _exit(0);
+    }
+    int status;
+    waitpid(c, &status, 0);
+    printf("child %s %d\n", WIFSIGNALED(status) ? "signal" : "exit",
+           WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+  }
+  return 0;
+}
+
+static int vforkreset(double seconds) {
+  pid_t c = vfork();
+  if (c == 0) {
+    for (int s = 1; s < 65; s++) {
+      struct sigaction old;
+      if (sigaction(s, NULL, &old) == 0 && old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN) {
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof dfl);
+        dfl.sa_handler = SIG_DFL;
+        sigaction(s, &dfl, NULL);
+      }
+    }
+    execl("/bin/true", "true", (char *)NULL);
+    _exit(127);
+  }
+  int status;
+  waitpid(c, &status, 0);
+  child_burn(seconds);
+  printf("child exit %d\n", WEXITSTATUS(status));
+  return 0;
+}
+
 static int forkloop(int n) {
   pthread_t churner;
   pthread_create(&churner, NULL, churn, NULL);
@@ -214,6 +294,9 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (!strcmp(mode, "forkloop")) return forkloop(argc > 2 ? atoi(argv[2]) : 300);
+  if (!strcmp(mode, "termthread")) return termthread(argc > 2 ? atoi(argv[2]) : 10, argc > 3 ? atof(argv[3]) : 0.2);
+  if (!strcmp(mode, "vforkreset")) return vforkreset(seconds);
+  if (!strcmp(mode, "exitterm")) return exitterm(argc > 2 ? atoi(argv[2]) : 20);
   if (!strcmp(mode, "stacks")) {
     struct cpu_deadline d = cpu_deadline_in(seconds);
     double x = 0;
