@@ -73,6 +73,9 @@ fn exports_exactly_the_profiler_h_functions() {
         "sigtimedwait",
         // Interposed so that a signalfd never yields the profiling signal (issue 24).
         "signalfd",
+        // Interposed so that code unloaded in a process without a writer thread keeps its maps
+        // line and build-id (issue 24).
+        "dlclose",
         // Interposed so that a wall-clock profile keeps seeing blocked threads after the
         // program changes its credentials and stops being dumpable (issue 24).
         "setuid",

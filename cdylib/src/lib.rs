@@ -244,6 +244,24 @@ pub unsafe extern "C" fn sigaction(signal: c_int, act: *const libc::sigaction, o
     signals::application_sigaction(signal, act, old)
 }
 
+type DlcloseFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+
+/// Interposes `dlclose(3)`: in a process without a writer thread yet, the objects' mappings
+/// and build-ids are recorded first, so code unloaded before the profile ends is still named
+/// (`session::before_unload`). (Not `dlopen`: glibc finds the library from the calling
+/// object's run path, which an interposer would replace with its own.)
+///
+/// # Safety
+/// As `dlclose(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
+    cpuprof_core::session::before_unload();
+    match real::<DlcloseFn>(Real::Dlclose) {
+        Some(f) => f(handle),
+        None => -1,
+    }
+}
+
 /// Interposes `signal(3)`: glibc's sets the disposition through its internal `sigaction`,
 /// which the interposed one would never see (see `signals::application_signal`).
 ///
@@ -342,6 +360,7 @@ enum Real {
     Sigwaitinfo,
     Sigtimedwait,
     Signalfd,
+    Dlclose,
     Setuid,
     Setgid,
     Seteuid,
@@ -355,7 +374,7 @@ enum Real {
     Prctl,
 }
 
-const REAL_NAMES: [&CStr; 29] = [
+const REAL_NAMES: [&CStr; 30] = [
     c"_exit",
     c"_Exit",
     c"quick_exit",
@@ -374,6 +393,7 @@ const REAL_NAMES: [&CStr; 29] = [
     c"sigwaitinfo",
     c"sigtimedwait",
     c"signalfd",
+    c"dlclose",
     c"setuid",
     c"setgid",
     c"seteuid",
@@ -389,7 +409,7 @@ const REAL_NAMES: [&CStr; 29] = [
 
 /// Their addresses, found once at load: dlsym takes the loader's lock and may allocate, and
 /// these are called from signal handlers and vfork children.
-static REAL: [AtomicUsize; 29] = [const { AtomicUsize::new(0) }; 29];
+static REAL: [AtomicUsize; 30] = [const { AtomicUsize::new(0) }; 30];
 
 fn resolve_real_functions() {
     for (slot, name) in REAL.iter().zip(REAL_NAMES) {

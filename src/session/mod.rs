@@ -230,6 +230,20 @@ pub fn start_waiting_writer() {
     }
 }
 
+/// Before `dlclose` (libcpuprof.so interposes it) in a process whose writer waits: the
+/// mappings and build-ids of the objects loaded now are recorded, as the writer records them
+/// when the loaded objects change, so code unloaded before the profile ends keeps its maps
+/// line. (A running writer notices unloads itself; `dlopen` needs nothing: what it maps is in
+/// the maps at the end unless unloaded, which passes here.) Not for signal context.
+pub fn before_unload() {
+    if WRITER_WAITS_IN.load(Ordering::SeqCst) != std::process::id() || !WRITER_WAITS.load(Ordering::SeqCst) {
+        return;
+    }
+    if let Some(pending) = WAITING_WRITER.lock().as_mut() {
+        pending.output.record_mappings(&crate::sys::procfs::read_self_maps());
+    }
+}
+
 /// The waiting and late writers' locks, held across `fork` (`children`).
 fn fork_locks() -> [&'static dyn crate::sync::ForkLock; 2] {
     [&WAITING_WRITER, &LATE_WRITER]

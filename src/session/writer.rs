@@ -468,7 +468,7 @@ impl Output {
         }
     }
 
-    fn record_mappings(&mut self, maps: &[u8]) {
+    pub(super) fn record_mappings(&mut self, maps: &[u8]) {
         let out = match self {
             Output::File(out) => out,
             Output::Epochs(EpochOutput {
