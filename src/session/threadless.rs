@@ -10,8 +10,10 @@
 //! control-plane call needs it (stop, snapshot). Meanwhile the table works as always, and what
 //! the writer would do is done here, with only async-signal-safe code and memory set aside at
 //! start:
-//! * the signal handler writes the evicted records to the file when the ring is half full
-//!   ([`after_sample`]), so a long single-threaded run loses nothing;
+//! * the signal handler writes the evicted records to the file when the ring is half full, and
+//!   harvests the table's counts into it after 1 s and then at doubling intervals up to 30 s
+//!   ([`after_sample`]), as the writer does: a long single-threaded run loses nothing, and one
+//!   killed by SIGKILL leaves its samples up to the last harvest;
 //! * `ProfilerFlush` writes the records and the table's counts in place;
 //! * `_exit` and `exec`, which may run in a signal handler, complete the file in place
 //!   ([`complete`]): records, trailer, `/proc/self/maps` streamed, the signal-weights and
@@ -21,8 +23,9 @@
 //!
 //! Threads started by raw `clone` (which never pass the interposer) are armed by the handler
 //! (`sampler::unannounced`); the program taking the profiling signal over through `sigaction`
-//! starts the writer, which notices it. Not done until the writer starts: the periodic harvest
-//! of the table's counts (a process killed by SIGKILL loses them).
+//! starts the writer, which notices it; `dlclose` records what is unloaded. Not done until the
+//! writer starts: refreshing the unwinder's snapshot after `dlopen` (code loaded meanwhile is
+//! walked by frame pointers), harvests while no thread runs (a harvest rides on a sample).
 //!
 //! Exactly one party writes the file at a time: [`OWNER`] is taken with a CAS by a handler's
 //! drain, an in-place completion or flush, or the hand-over to the writer thread; a handler
@@ -74,7 +77,16 @@ pub struct Threadless {
     /// Where the records ended when the file was completed for an exec ([`complete_for_exec`]),
     /// or 0.
     exec_trailer_at: AtomicU64,
+    /// When the handler next harvests the table's counts into the file (CLOCK_MONOTONIC ns),
+    /// and the interval after that: 1 s, doubling up to 30 s, as the writer does, so that a
+    /// process killed without warning leaves recent samples.
+    next_harvest_ns: AtomicU64,
+    harvest_interval_ns: AtomicU64,
 }
+
+/// The first harvest's delay, and the longest interval between harvests (as the writer's).
+const FIRST_HARVEST_NS: u64 = 1_000_000_000;
+const MAX_HARVEST_INTERVAL_NS: u64 = 30_000_000_000;
 
 // SAFETY: the cells are used only by the holder of OWNER.
 unsafe impl Sync for Threadless {}
@@ -137,6 +149,8 @@ impl Threadless {
             summary,
             placeholder_after: AtomicU64::new(0),
             exec_trailer_at: AtomicU64::new(0),
+            next_harvest_ns: AtomicU64::new(monotonic_ns() + FIRST_HARVEST_NS),
+            harvest_interval_ns: AtomicU64::new(FIRST_HARVEST_NS),
         }))
     }
 }
@@ -172,7 +186,13 @@ pub fn after_sample(state: &SamplerState) {
         return;
     }
     with_file(|t| {
-        if state.table.ring_used_slots() * 2 >= state.table.ring_capacity_slots() {
+        let now = monotonic_ns();
+        if now >= t.next_harvest_ns.load(Ordering::Relaxed) {
+            let interval = (t.harvest_interval_ns.load(Ordering::Relaxed) * 2).min(MAX_HARVEST_INTERVAL_NS);
+            t.harvest_interval_ns.store(interval, Ordering::Relaxed);
+            t.next_harvest_ns.store(now + interval, Ordering::Relaxed);
+            t.write_records(state, true);
+        } else if state.table.ring_used_slots() * 2 >= state.table.ring_capacity_slots() {
             t.write_records(state, false);
         }
         // Threads made by raw clone are armed here (no writer polls for them).
@@ -343,6 +363,14 @@ fn with_file<R>(f: impl FnOnce(&Threadless) -> R) -> Option<R> {
     // Completion leaves it GONE.
     let _ = OWNER.compare_exchange(BUSY, FREE, Ordering::SeqCst, Ordering::Relaxed);
     Some(result)
+}
+
+/// CLOCK_MONOTONIC_COARSE in ns: the harvest schedule needs no precision. Async-signal-safe.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime (vDSO) into a local.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn own_pid() -> u32 {
