@@ -184,6 +184,21 @@ fn dlopen_and_dlclose_while_profiling() {
         caller >= 0.9 * burn && main >= 0.9 * burn,
         "its callers are found: {table:?}"
     );
+
+    // The same program with no thread of its own: cpuprof adds none (session::threadless), so
+    // no writer refreshes the unwinder's snapshot at each dlopen. The library's code is still
+    // sampled and named (its mappings are recorded before each dlclose); its callers are found
+    // only through frame pointers, which this build omits (docs/DESIGN.md, "A process without
+    // a thread of cpuprof's").
+    let single = dir.join("dlopen-single.prof");
+    run_preloaded(
+        &prog,
+        &[plugin.to_str().unwrap(), "10", "0.1", "single"],
+        &single,
+        &[("CPUPROFILE_FREQUENCY", "250")],
+    );
+    let table = cpuprof_top(&single);
+    assert!(share(&table, "plugin_burn") >= 80.0, "single-threaded: {table:?}");
 }
 
 /// `[start, end)` of `symbol` in a non-PIE `binary`, from `nm -S`.

@@ -106,6 +106,9 @@ struct Timers {
     /// descriptors' budget, and the lowest limit said.
     limit_fallbacks: usize,
     lowered_limit: Option<u64>,
+    /// The live threads of `limit_fallbacks` (a thread of cpuprof's found among them is taken
+    /// out of the count: `leave_calling_thread_unsampled`).
+    fell_back: HashSet<libc::pid_t>,
     last_identity_check: Instant,
     /// Threads of the last listing that are neither in `armed` nor in `unarmed` (cpuprof's
     /// own, and any that ended before they could be armed): with those two, what the thread
@@ -203,6 +206,7 @@ pub fn start(kind: ThreadTimerKind, signal: c_int, period_ns: u64, excluded: Vec
         perf_fds_taken: 0,
         limit_fallbacks: 0,
         lowered_limit: None,
+        fell_back: HashSet::new(),
         last_identity_check: Instant::now(),
         untracked: 0,
         next_listing: Instant::now(),
@@ -298,6 +302,13 @@ pub fn leave_calling_thread_unsampled() {
         if let Some(armed) = t.remove_armed(tid) {
             disarm(armed);
         }
+        // Armed as any new thread is, it is not one of the program's: out of the counts too.
+        if t.fell_back.remove(&tid) {
+            t.limit_fallbacks -= 1;
+        }
+        if t.unarmed.remove(&tid) {
+            t.unsampled -= 1;
+        }
         t.excluded.push(tid);
         t.note_change(tid);
         t.signal
@@ -374,6 +385,7 @@ pub fn sync_with_tasks() {
         }
     }
     t.unarmed.retain(|tid| tids.binary_search(tid).is_ok());
+    t.fell_back.retain(|tid| tids.binary_search(tid).is_ok());
     let mut new = Vec::new();
     for &tid in &tids {
         let known = t.armed.contains_key(&tid) || t.unarmed.contains(&tid) || t.excluded.contains(&tid);
@@ -471,6 +483,7 @@ impl Timers {
                 Err(_) if perf_event::lowered_limit().is_some() => {
                     let lowered = perf_event::lowered_limit().unwrap();
                     self.limit_fallbacks += 1;
+                    self.fell_back.insert(tid);
                     if self.lowered_limit.is_none_or(|said| lowered.limit < said) {
                         self.lowered_limit = Some(lowered.limit);
                         crate::say!(
@@ -620,6 +633,7 @@ extern "C" fn on_thread_exit(_value: *mut c_void) {
     }
     if let Some(t) = running(&mut TIMERS.lock()) {
         t.note_change(tid);
+        t.fell_back.remove(&tid);
         if let Some(armed) = t.remove_armed(tid) {
             signals::block_in_current_thread(t.signal);
             if matches!(armed, Armed::Posix(_)) {

@@ -598,8 +598,8 @@ impl Session {
             Some(Ok(finished)) => finished,
             // No thread could be started: the file is completed here.
             None if threadless::complete(&self.state) => {
-                let (bytes, whole) = threadless::file_state();
-                writer::Finished::completed_in_place(bytes, whole)
+                let (bytes, failure) = threadless::file_state();
+                writer::Finished::completed_in_place(bytes, failure)
             }
             _ => {
                 let source = std::io::Error::other("the profile writer thread failed");

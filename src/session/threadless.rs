@@ -65,8 +65,10 @@ pub struct Threadless {
     /// Records and bytes written here.
     records: AtomicU64,
     bytes: AtomicU64,
-    /// Samples lost here (a write refused): counted into the table's lost samples too.
+    /// A write was refused (its samples are counted lost), and why: an errno, or
+    /// [`DESCRIPTOR_TAKEN`].
     failed: AtomicBool,
+    failure: std::sync::atomic::AtomicI32,
     /// Whether the file was completed here (trailer and maps written).
     completed: AtomicBool,
     /// Whether the `PROFILE:` line is printed when the file is completed here at `_exit`.
@@ -109,6 +111,10 @@ pub fn deferral_enabled() -> bool {
     DEFERRAL.load(Ordering::SeqCst)
 }
 
+/// The failure of a write refused because the profile's descriptor no longer held the file
+/// (the program closed or replaced it).
+pub const DESCRIPTOR_TAKEN: i32 = -1;
+
 /// What the threadless path wrote before the writer thread took the file over.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct HandedOver {
@@ -116,6 +122,8 @@ pub struct HandedOver {
     pub bytes: u64,
     /// A write failed: the file holds the records up to it, and nothing more may be written.
     pub failed: bool,
+    /// Why: an errno, or [`DESCRIPTOR_TAKEN`].
+    pub failure: i32,
     /// The file was completed in place: the writer has nothing to write.
     pub completed: bool,
     /// Bytes in the file.
@@ -145,6 +153,7 @@ impl Threadless {
             records: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             failed: AtomicBool::new(false),
+            failure: std::sync::atomic::AtomicI32::new(0),
             completed: AtomicBool::new(false),
             summary,
             placeholder_after: AtomicU64::new(0),
@@ -221,12 +230,17 @@ pub fn complete(state: &SamplerState) -> bool {
     done.is_some()
 }
 
-/// The bytes in the file written here and whether it holds the whole profile (no write
-/// failed), for a profile completed in place.
-pub fn file_state() -> (u64, bool) {
+/// The bytes in the file written here and, if a write failed, why (an errno or
+/// [`DESCRIPTOR_TAKEN`]), for a profile completed in place.
+pub fn file_state() -> (u64, Option<i32>) {
     // SAFETY: see `active`.
-    unsafe { CURRENT.load(Ordering::SeqCst).as_ref() }.map_or((0, false), |t| {
-        (t.file_bytes.load(Ordering::SeqCst), !t.failed.load(Ordering::SeqCst))
+    unsafe { CURRENT.load(Ordering::SeqCst).as_ref() }.map_or((0, Some(DESCRIPTOR_TAKEN)), |t| {
+        (
+            t.file_bytes.load(Ordering::SeqCst),
+            t.failed
+                .load(Ordering::SeqCst)
+                .then(|| t.failure.load(Ordering::SeqCst)),
+        )
     })
 }
 
@@ -332,6 +346,7 @@ pub fn hand_over() -> Option<HandedOver> {
         records: t.records.load(Ordering::SeqCst),
         bytes: t.bytes.load(Ordering::SeqCst),
         failed: t.failed.load(Ordering::SeqCst),
+        failure: t.failure.load(Ordering::SeqCst),
         completed: t.completed.load(Ordering::SeqCst),
         file_bytes: t.file_bytes.load(Ordering::SeqCst),
     };
@@ -438,9 +453,12 @@ impl Threadless {
     fn write_whole(&self, bytes: &[u8]) -> bool {
         self.drop_placeholder();
         let before = self.file_bytes.load(Ordering::SeqCst);
-        if identity(self.fd) != Some(self.identity) || would_pass_size_limit(before + bytes.len() as u64) {
-            self.failed.store(true, Ordering::SeqCst);
-            return false;
+        if identity(self.fd) != Some(self.identity) {
+            return self.fail(DESCRIPTOR_TAKEN);
+        }
+        if would_pass_size_limit(before + bytes.len() as u64) {
+            // What the writer thread, which blocks SIGXFSZ, gets from write(2).
+            return self.fail(libc::EFBIG);
         }
         let mut done = 0;
         while done < bytes.len() {
@@ -452,16 +470,24 @@ impl Threadless {
                 continue;
             }
             // SAFETY: the calling thread's errno.
-            if n < 0 && unsafe { *libc::__errno_location() } == libc::EINTR {
+            let errno = unsafe { *libc::__errno_location() };
+            if n < 0 && errno == libc::EINTR {
                 continue;
             }
             // SAFETY: shrinking our own file back to its whole records.
             unsafe { libc::ftruncate(self.fd, before as libc::off_t) };
-            self.failed.store(true, Ordering::SeqCst);
-            return false;
+            return self.fail(if n == 0 { libc::ENOSPC } else { errno });
         }
         self.file_bytes.store(before + bytes.len() as u64, Ordering::SeqCst);
         true
+    }
+
+    /// Records the first failure, `why`; returns false.
+    fn fail(&self, why: i32) -> bool {
+        if !self.failed.swap(true, Ordering::SeqCst) {
+            self.failure.store(why, Ordering::SeqCst);
+        }
+        false
     }
 
     /// The trailer, `/proc/self/maps` as it is now, and the signal-weights line.

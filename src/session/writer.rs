@@ -203,21 +203,31 @@ pub struct Finished {
 impl Finished {
     /// The file was completed before the writer thread could start (`session::threadless`).
     pub fn completed_elsewhere(bytes: u64) -> Finished {
-        Finished::completed_in_place(bytes, true)
+        Finished::completed_in_place(bytes, None)
     }
 
-    /// The file was completed in place, holding `bytes`, whole unless a write failed.
-    pub fn completed_in_place(bytes: u64, whole: bool) -> Finished {
+    /// The file was completed in place, holding `bytes`, whole unless a write failed
+    /// (`failure`: see `threadless::HandedOver::failure`).
+    pub fn completed_in_place(bytes: u64, failure: Option<i32>) -> Finished {
         Finished {
             bytes,
-            result: if whole {
-                Ok(())
-            } else {
-                Err(io::Error::other("a write to the profile failed"))
+            result: match failure {
+                None => Ok(()),
+                Some(failure) => Err(failure_error(failure)),
             },
             held: None,
             beside: None,
         }
+    }
+}
+
+/// The error of a write refused in `threadless` (an errno, or its descriptor taken).
+fn failure_error(failure: i32) -> io::Error {
+    match failure {
+        super::threadless::DESCRIPTOR_TAKEN => io::Error::other(
+            "its descriptor was closed or replaced by the program; cpuprof abandoned it without using or closing it",
+        ),
+        errno => io::Error::from_raw_os_error(errno),
     }
 }
 
@@ -462,8 +472,7 @@ impl Output {
             out.writer.note_written_elsewhere(handed.records, handed.bytes);
             out.writer.get_mut().note_written_elsewhere(handed.bytes, handed.failed);
             if handed.failed {
-                out.error
-                    .get_or_insert(io::Error::other("a write of the signal handler's records failed"));
+                out.error.get_or_insert(failure_error(handed.failure));
             }
         }
     }

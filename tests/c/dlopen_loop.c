@@ -1,10 +1,15 @@
 /* Loads a library, burns CPU in it, unloads it, many times over, while being profiled.
  *
- *   dlopen_loop LIBRARY CYCLES SECONDS_PER_CYCLE
- * Prints "rss_early KB" (after 5 cycles), "rss_late KB" (at the end) and "ok". */
+ *   dlopen_loop LIBRARY CYCLES SECONDS_PER_CYCLE [single]
+ * Prints "rss_early KB" (after 5 cycles), "rss_late KB" (at the end) and "ok". An idle thread
+ * runs beside unless "single" is given (a process with a thread of its own has cpuprof's
+ * writer thread, which refreshes the unwinder's snapshot when objects are loaded). */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 static long rss_kb(void) {
   long pages = 0, resident = 0;
@@ -25,8 +30,18 @@ __attribute__((noinline)) static void run_cycle(const char *library, double seco
   dlclose(handle);
 }
 
+static void *idle(void *arg) {
+  (void)arg;
+  for (;;) pause();
+  return NULL;
+}
+
 int main(int argc, char **argv) {
   if (argc < 4) return 2;
+  if (argc < 5 || strcmp(argv[4], "single") != 0) {
+    pthread_t t;
+    pthread_create(&t, NULL, idle, NULL);
+  }
   int cycles = atoi(argv[2]);
   double seconds = atof(argv[3]);
   for (int i = 0; i < cycles; i++) {
