@@ -717,11 +717,15 @@ fn pending(signal: std::ffi::c_int) -> (usize, bool) {
     let Some(tids) = crate::sys::procfs::self_tids() else {
         return (0, process);
     };
-    let threads = tids
-        .iter()
-        .filter(|tid| {
-            std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).is_ok_and(|s| has(&s, "SigPnd:"))
-        })
-        .count();
+    let holding = |tid: &&libc::pid_t| {
+        std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).is_ok_and(|s| has(&s, "SigPnd:"))
+    };
+    let first: Vec<&libc::pid_t> = tids.iter().filter(holding).collect();
+    // A thread the program has just joined is still listed (and still holds its pending
+    // signals) while it finishes leaving: looked at again a moment later, it is gone.
+    if !first.is_empty() {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    let threads = first.into_iter().filter(holding).count();
     (threads, process)
 }

@@ -426,12 +426,25 @@ impl Threadless {
         if bytes.is_empty() {
             return 0;
         }
-        if self.failed.load(Ordering::Relaxed) || !self.write_whole(bytes) {
+        if self.failed.load(Ordering::Relaxed) {
             return samples;
         }
-        self.records.fetch_add(records, Ordering::SeqCst);
-        self.bytes.fetch_add(bytes.len() as u64, Ordering::SeqCst);
-        0
+        // A write refused part way (a full disk) keeps the whole records it took, as the
+        // writer thread's file does.
+        let kept = match self.write_bytes(bytes) {
+            Ok(()) => bytes,
+            Err(done) => &bytes[..whole_records_in(&bytes[..done], self.format)],
+        };
+        if kept.len() < bytes.len() {
+            let before = self.file_bytes.load(Ordering::SeqCst);
+            // SAFETY: shrinking our own file to its whole records.
+            unsafe { libc::ftruncate(self.fd, (before + kept.len() as u64) as libc::off_t) };
+        }
+        self.file_bytes.fetch_add(kept.len() as u64, Ordering::SeqCst);
+        let (kept_records, kept_samples) = used_records(kept, self.format);
+        self.records.fetch_add(kept_records.min(records), Ordering::SeqCst);
+        self.bytes.fetch_add(kept.len() as u64, Ordering::SeqCst);
+        samples - kept_samples.min(samples)
     }
 
     /// Cuts the placeholder trailer and maps off the file, if they are still there, and puts
@@ -448,17 +461,37 @@ impl Threadless {
         }
     }
 
-    /// Writes `bytes` at the end of the file; on any failure cuts the file back to what it held
-    /// (whole records), marks the profile failed, and returns false.
+    /// Writes `bytes` (a piece of the trailer) at the end of the file, all or nothing: on any
+    /// failure cuts the file back to what it held, marks the profile failed, and returns false.
     fn write_whole(&self, bytes: &[u8]) -> bool {
+        let before = self.file_bytes.load(Ordering::SeqCst);
+        match self.write_bytes(bytes) {
+            Ok(()) => {
+                self.file_bytes.store(before + bytes.len() as u64, Ordering::SeqCst);
+                true
+            }
+            Err(_) => {
+                // SAFETY: shrinking our own file back to what it held.
+                unsafe { libc::ftruncate(self.fd, before as libc::off_t) };
+                false
+            }
+        }
+    }
+
+    /// Writes `bytes` at the end of the file (after the placeholder, if any, is dropped).
+    /// On a failure, marks the profile failed and returns how many bytes the file took; the
+    /// caller cuts it back.
+    fn write_bytes(&self, bytes: &[u8]) -> Result<(), usize> {
         self.drop_placeholder();
         let before = self.file_bytes.load(Ordering::SeqCst);
         if identity(self.fd) != Some(self.identity) {
-            return self.fail(DESCRIPTOR_TAKEN);
+            self.fail(DESCRIPTOR_TAKEN);
+            return Err(0);
         }
         if would_pass_size_limit(before + bytes.len() as u64) {
             // What the writer thread, which blocks SIGXFSZ, gets from write(2).
-            return self.fail(libc::EFBIG);
+            self.fail(libc::EFBIG);
+            return Err(0);
         }
         let mut done = 0;
         while done < bytes.len() {
@@ -474,12 +507,10 @@ impl Threadless {
             if n < 0 && errno == libc::EINTR {
                 continue;
             }
-            // SAFETY: shrinking our own file back to its whole records.
-            unsafe { libc::ftruncate(self.fd, before as libc::off_t) };
-            return self.fail(if n == 0 { libc::ENOSPC } else { errno });
+            self.fail(if n == 0 { libc::ENOSPC } else { errno });
+            return Err(done);
         }
-        self.file_bytes.store(before + bytes.len() as u64, Ordering::SeqCst);
-        true
+        Ok(())
     }
 
     /// Records the first failure, `why`; returns false.
@@ -619,6 +650,21 @@ fn read_file(path: &std::ffi::CStr, buffer: &mut [u8]) -> usize {
         libc::close(fd);
         n
     }
+}
+
+/// The length of the whole records at the start of `bytes` (records cut by a short write end
+/// it).
+fn whole_records_in(bytes: &[u8], format: SlotFormat) -> usize {
+    let mut at = 0;
+    while at + 2 * format.size <= bytes.len() {
+        let depth = format.get(&bytes[at + format.size..]) as usize;
+        let end = at + (2 + depth) * format.size;
+        if end > bytes.len() {
+            break;
+        }
+        at = end;
+    }
+    at
 }
 
 /// The records in whole-record `bytes` and the samples they hold.

@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include "cpu_deadline.h"
@@ -59,9 +58,14 @@ static void work(double seconds) {
 
 static int profile_has_records(void) {
   const char *path = getenv("CPUPROFILE");
-  struct stat st;
-  /* 40 bytes of header, then at least one record */
-  return path && stat(path, &st) == 0 && st.st_size > 40;
+  FILE *f = path ? fopen(path, "rb") : NULL;
+  if (!f) return 0;
+  /* 40 bytes of header, then a record's count (not 0: the trailer's first slot, which
+   * cpuprof writes after the header until the first records replace it). */
+  unsigned long long slot = 0;
+  int has = fseek(f, 40, SEEK_SET) == 0 && fread(&slot, sizeof slot, 1, f) == 1 && slot != 0;
+  fclose(f);
+  return has;
 }
 
 static void own_handler(int sig) {
