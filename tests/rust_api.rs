@@ -87,10 +87,16 @@ fn guard_known_answer() {
             .report_on_stderr(false)
             .start(&path)
             .unwrap();
+        // Rounds of varying length: a fixed round a whole fraction of the 4 ms tick would be
+        // seen at the same point of the round by every sample (aliasing, seen once as 60/39 on
+        // a loaded machine), and no number of samples would then average it out.
         let end = process_cpu_seconds() + 3.0;
+        let mut round = 1u64;
         while process_cpu_seconds() < end {
-            black_box(hot_a(100_000));
-            black_box(hot_b(100_000));
+            round = round.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let n = 50_000 + (round >> 33) % 100_000;
+            black_box(hot_a(n));
+            black_box(hot_b(n));
         }
     }
     let cpu = process_cpu_seconds() - cpu_before;

@@ -269,9 +269,16 @@ fn report_cannot(requested: &str, e: &io::Error, more: &str) {
 
 /// Says where profiles are served: once, by the process that binds.
 fn announce(bound: SocketAddr, whose: &str) {
-    crate::say!(
+    let line = format_args!(
         "cpuprof: serving profiles on http://{bound}/pprof/profile and http://{bound}/debug/pprof/profile{whose}"
     );
+    // The first announcement is the root's; a later one (the port was freed) comes from the
+    // process the endpoint moved to, which is never the root, and is said all the same.
+    if whose.is_empty() {
+        crate::sys::messages::say(line);
+    } else {
+        crate::sys::messages::say_for_tree(line);
+    }
 }
 
 /// Called in a child just forked (from `session::children`'s fork child handler): closes the

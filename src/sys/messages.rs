@@ -97,6 +97,18 @@ pub fn say(message: fmt::Arguments) {
     }
 }
 
+/// Writes `message` and a newline to stderr unless `CPUPROFILE_MESSAGES=none`, whichever
+/// process of the tree this is: for news only one process of the tree can have at a time and
+/// the user needs wherever it comes from (the HTTP endpoint moved to the server the root
+/// started, after the root exited). Allocates: not for signal context.
+pub fn say_for_tree(message: fmt::Arguments) {
+    if AUDIENCE.load(Ordering::Relaxed) != Audience::Nobody as u8 {
+        let mut line = message.to_string();
+        line.push('\n');
+        write_all(line.as_bytes());
+    }
+}
+
 /// Writes `line` (its own newline included) to stderr if this process speaks.
 /// Async-signal-safe.
 pub fn say_bytes(line: &[u8]) {
