@@ -139,6 +139,7 @@ fn profiles_from_env(var: impl Fn(&str) -> Option<String>, privileged: bool) -> 
 
 /// Called at exit: stops a running profile and writes it.
 pub fn stop_at_exit() {
+    super::children::process_is_ending();
     match global::stop_any() {
         Ok(_) | Err(crate::Error::NotRunning) | Err(crate::Error::ForkedChild { .. }) => {}
         Err(e) => crate::say!("cpuprof: {e}"),

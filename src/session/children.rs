@@ -22,9 +22,14 @@
 //! Not followed: children made by `vfork`, `posix_spawn` and raw `clone` (no handlers run:
 //! they `exec` at once, or are threads), and `_Fork`.
 //!
+//! A child that ends (exit, or a signal's default action) without having taken a single
+//! sample leaves no file: a prefork server's idle workers, a shell's subshells, a pool's
+//! helpers that only wait would otherwise leave one empty profile each. A child that stops
+//! its profile itself (`ProfilerStop`) keeps it, as the root process always does.
+//!
 //! The profiled process tree shares one page of counters (mapped shared, inherited across
-//! fork): how many children were profiled, finished and could not be profiled, which the
-//! process that started the family reports at its stop.
+//! fork): how many children were profiled, finished, ended without a sample and could not be
+//! profiled, which the process that started the family reports at its stop.
 
 use super::{global, Session};
 use crate::sync::ForkLock;
@@ -46,6 +51,8 @@ struct Family {
     finished: AtomicU32,
     /// Children of a profiling parent that could not be profiled.
     refused: AtomicU32,
+    /// Children whose profile ended with the process without a sample, and was removed.
+    empty: AtomicU32,
 }
 
 static FAMILY: AtomicPtr<Family> = AtomicPtr::new(std::ptr::null_mut());
@@ -163,7 +170,7 @@ fn start_child(parent: &Session) -> Option<Session> {
     match Session::start_as(&path, options, origin) {
         Ok(child) => {
             if single_file {
-                remember_paths(&path);
+                remember_paths(&path, child.options.wall_beside.is_none());
             }
             count(|f| &f.started);
             PROFILED_CHILD.store(true, Ordering::SeqCst);
@@ -185,13 +192,17 @@ pub fn profile_paths() -> Option<&'static (CString, CString)> {
 }
 
 static CHILD_PATHS: AtomicPtr<(CString, CString)> = AtomicPtr::new(std::ptr::null_mut());
+/// Whether the child's one file may be removed when it ends without a sample (not when a wall
+/// profile beside it holds the waits of a process that never ran).
+static REMOVABLE_WHEN_EMPTY: AtomicBool = AtomicBool::new(false);
 
-fn remember_paths(path: &std::path::Path) {
+fn remember_paths(path: &std::path::Path, removable_when_empty: bool) {
     use std::os::unix::ffi::OsStrExt;
     let bytes = path.as_os_str().as_bytes();
     let kept = [bytes, b".pre-exec"].concat();
     if let (Ok(path), Ok(kept)) = (CString::new(bytes), CString::new(kept)) {
         CHILD_PATHS.store(Box::into_raw(Box::new((path, kept))), Ordering::SeqCst);
+        REMOVABLE_WHEN_EMPTY.store(removable_when_empty, Ordering::SeqCst);
     }
 }
 
@@ -210,6 +221,42 @@ pub fn is_profiled_child() -> bool {
 pub fn child_profile_completed() {
     if PROFILED_CHILD.swap(false, Ordering::SeqCst) {
         count(|f| &f.finished);
+    }
+}
+
+/// The process is ending (`exit`'s handlers run): a child's profile stopped from now on ends
+/// with the process. Async-signal-safe.
+pub fn process_is_ending() {
+    ENDING.store(true, Ordering::SeqCst);
+}
+
+static ENDING: AtomicBool = AtomicBool::new(false);
+
+/// The child's profile was stopped (`sampled`: whether it took a sample): by the program
+/// itself, or as the process ends (see [`child_profile_ended`]). Async-signal-safe.
+pub fn child_profile_stopped(sampled: bool) {
+    if ENDING.load(Ordering::SeqCst) {
+        child_profile_ended(sampled);
+    } else {
+        child_profile_completed();
+    }
+}
+
+/// The child's profile was completed as the process ends (`sampled`: whether it took a
+/// sample): one without a sample is removed and counted. Async-signal-safe.
+pub fn child_profile_ended(sampled: bool) {
+    if !PROFILED_CHILD.swap(false, Ordering::SeqCst) {
+        return;
+    }
+    count(|f| &f.finished);
+    if sampled || !REMOVABLE_WHEN_EMPTY.load(Ordering::SeqCst) {
+        return;
+    }
+    if let Some((path, _)) = profile_paths() {
+        // SAFETY: a NUL-terminated path made when the child's profile started.
+        if unsafe { libc::unlink(path.as_ptr()) } == 0 {
+            count(|f| &f.empty);
+        }
     }
 }
 
@@ -250,7 +297,7 @@ pub fn begin_family() {
             unsafe { &*page.cast::<Family>() }
         }
     };
-    for counter in [&family.started, &family.finished, &family.refused] {
+    for counter in [&family.started, &family.finished, &family.refused, &family.empty] {
         counter.store(0, Ordering::SeqCst);
     }
 }
@@ -272,6 +319,7 @@ pub fn say_at_stop(path: &std::path::Path) {
     let started = family.started.load(Ordering::SeqCst);
     let finished = family.finished.load(Ordering::SeqCst);
     let refused = family.refused.load(Ordering::SeqCst);
+    let empty = family.empty.load(Ordering::SeqCst);
     if started > 0 {
         let running = started.saturating_sub(finished);
         let still = if running > 0 {
@@ -279,8 +327,13 @@ pub fn say_at_stop(path: &std::path::Path) {
         } else {
             String::new()
         };
+        let no_file = if empty > 0 {
+            format!("; {empty} ended without a sample and left no file")
+        } else {
+            String::new()
+        };
         crate::say!(
-            "cpuprof: {started} forked child processes profiled, each into {}_<pid>{still}",
+            "cpuprof: {started} forked child processes profiled, each into {}_<pid>{still}{no_file}",
             super::family_base(path, std::process::id()).display()
         );
     }

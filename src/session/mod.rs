@@ -628,7 +628,7 @@ impl Session {
             unsampled_threads: stopped.unsampled_threads,
         };
         if self.forked_child {
-            children::child_profile_completed();
+            children::child_profile_stopped(interrupts > 0);
         }
         if self.options.report_on_stderr {
             match finished.result {

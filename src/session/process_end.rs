@@ -55,7 +55,7 @@ pub fn before_exit() {
                 done
             });
             if done == Some(true) {
-                children::child_profile_completed();
+                children::child_profile_ended(took_a_sample().unwrap_or(true));
                 break;
             }
             if done.is_none() || crate::sys::futex::monotonic_now() >= deadline {
@@ -67,7 +67,7 @@ pub fn before_exit() {
         }
         match writer::request_end(true, deadline.saturating_sub(crate::sys::futex::monotonic_now())) {
             EndRequest::TimedOut => say(b"cpuprof: the profile could not be completed before the process ended; it holds the records written so far\n"),
-            EndRequest::Served => children::child_profile_completed(),
+            EndRequest::Served => children::child_profile_ended(took_a_sample().unwrap_or(true)),
             EndRequest::NoWriter => {}
         }
         break;
@@ -97,6 +97,12 @@ impl Drop for SignalsHeld {
         // SAFETY: restores the mask `all` saved.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut()) };
     }
+}
+
+/// Whether the running profile has taken a sample; `None` if no state is published any more.
+/// Async-signal-safe.
+fn took_a_sample() -> Option<bool> {
+    sampler::with_published_state(|s| s.interrupts.load(std::sync::atomic::Ordering::Relaxed) > 0)
 }
 
 fn pause_a_millisecond() {
@@ -178,8 +184,7 @@ pub fn before_exec(exec_pc: u64) -> Option<ExecPrepared> {
 /// samples is completed and kept as `<path>_<pid>.pre-exec`. If the exec fails, the child's
 /// profile stays ended.
 fn end_child_for_exec() {
-    let sampled =
-        sampler::with_published_state(|s| s.interrupts.load(std::sync::atomic::Ordering::Relaxed) > 0).unwrap_or(false);
+    let sampled = took_a_sample().unwrap_or(false);
     if threadless::active() {
         sampler::with_published_state(threadless::complete);
     } else if writer::request_end(true, END_WAIT) == EndRequest::TimedOut {
