@@ -93,7 +93,9 @@ fn guard_known_answer() {
         let end = process_cpu_seconds() + 3.0;
         let mut round = 1u64;
         while process_cpu_seconds() < end {
-            round = round.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            round = round
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let n = 50_000 + (round >> 33) % 100_000;
             black_box(hot_a(n));
             black_box(hot_b(n));

@@ -4,9 +4,9 @@
 //! A thread made by raw `clone` (a minimal runtime's) never passes the `pthread_create`
 //! interposer, so it neither starts a waiting writer nor gets a timer; the writer's poll of
 //! `/proc/self/task` is what finds such threads, and a single-threaded process has no writer.
-//! So the handler looks instead, with system calls only: at most every [`LOOK_INTERVAL`], it
-//! compares the thread count (`fstat` of `/proc/self/task`, opened beforehand) with what it
-//! knows, and when it moved, lists the directory (`getdents64` into a buffer set aside), arms
+//! So the handler looks instead, with system calls only: at most every `LOOK_INTERVAL_NS`
+//! (10 ms), it compares the thread count (`fstat` of `/proc/self/task`, opened beforehand)
+//! with what it knows, and when it moved, lists the directory (`getdents64` into a buffer set aside), arms
 //! a POSIX CPU timer for each thread it has not seen (the `timer_create` system call), and
 //! deletes the timers of threads that are gone. When a writer starts, these timers are
 //! deleted and its poll arms the threads as it arms any ([`release`]).

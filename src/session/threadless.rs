@@ -27,7 +27,7 @@
 //! writer starts: refreshing the unwinder's snapshot after `dlopen` (code loaded meanwhile is
 //! walked by frame pointers), harvests while no thread runs (a harvest rides on a sample).
 //!
-//! Exactly one party writes the file at a time: [`OWNER`] is taken with a CAS by a handler's
+//! Exactly one party writes the file at a time: `OWNER` is taken with a CAS by a handler's
 //! drain, an in-place completion or flush, or the hand-over to the writer thread; a handler
 //! that finds it taken leaves the ring alone (the taker writes it).
 

@@ -29,7 +29,7 @@
 //! A program that changes its credentials (started as root, it drops to another user) is no
 //! longer dumpable, and its threads' `syscall` files become unreadable to it: descriptors
 //! opened before the change and context-switch records stand in for them
-//! ([`privileges`], [`switches`]). Looks that still cannot tell where a thread is are counted
+//! (`privileges`, `switches`). Looks that still cannot tell where a thread is are counted
 //! by reason, reported at stop, and recorded in the profile (`# wall-looks`, see
 //! [`crate::format::wall_looks`]) so that `cpuprof check` can tell a partial profile.
 
