@@ -74,8 +74,11 @@ pub fn install_fork_handlers() {
     });
 }
 
+/// How many locks [`fork_locks`] holds: the DWARF unwinder's rbx-CFA cache is x86-64's alone.
+const FORK_LOCKS: usize = if cfg!(target_arch = "x86_64") { 13 } else { 12 };
+
 /// Every lock of cpuprof's that the child may take, outermost first.
-fn fork_locks() -> [&'static dyn ForkLock; 13] {
+fn fork_locks() -> [&'static dyn ForkLock; FORK_LOCKS] {
     [
         global::fork_lock(),
         super::fork_locks()[0],
@@ -84,6 +87,7 @@ fn fork_locks() -> [&'static dyn ForkLock; 13] {
         crate::sampler::timer::fork_lock(),
         crate::unwind::safe_read::fork_lock(),
         crate::unwind::THREAD_STACKS.fork_lock(),
+        #[cfg(target_arch = "x86_64")]
         crate::unwind::rbx_cfa::fork_lock(),
         crate::sys::procfs::fork_locks()[0],
         crate::sys::procfs::fork_locks()[1],
