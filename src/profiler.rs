@@ -143,6 +143,15 @@ impl ProfilerBuilder {
         self
     }
 
+    /// How often the file is made a complete profile of everything sampled so far, so that a
+    /// process killed by SIGKILL (or the OOM killer) leaves a readable, named profile losing at
+    /// most this long; `None` writes the file's end only when the profile stops, as gperftools
+    /// does (`CPUPROFILE_CHECKPOINT`, default 2 s). Profiles kept in memory have no file.
+    pub fn checkpoint(mut self, every: Option<std::time::Duration>) -> Self {
+        self.options.checkpoint = every;
+        self
+    }
+
     /// The most memory a profile kept in memory ([`start_in_memory`](Self::start_in_memory))
     /// may take, in bytes (default 256 MiB, at least 1 MiB): past it, samples are no longer
     /// recorded, and the summary and report say the profile is incomplete.

@@ -98,29 +98,34 @@ fn c_api_unwritable_path_fails_cleanly_and_the_program_continues() {
     }
 }
 
+/// SIGKILL after 4 s: with checkpoints (the default) the file is a complete profile; without
+/// (`CPUPROFILE_CHECKPOINT=off`) its records harvested so far are readable, the trailer missing.
 #[test]
-fn killed_process_leaves_readable_records() {
+fn killed_process_leaves_a_complete_profile_or_readable_records() {
     let dir = scratch_dir("sigkill");
     let hot = compile_c(&dir, "hot.c", "hot", FP_FLAGS, false);
-    let profile = dir.join("killed.prof");
-    let mut child = std::process::Command::new(&hot)
-        .arg("30")
-        .env("LD_PRELOAD", lib())
-        .env("CPUPROFILE", &profile)
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_secs(4));
-    child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
-    let bytes = std::fs::read(&profile).unwrap();
-    let (partial, defect) = Profile::parse_lenient(&bytes).unwrap();
-    assert!(defect.is_some(), "no trailer is expected after SIGKILL");
-    assert!(
-        partial.total_samples() >= 20,
-        "records flushed before the kill: {} samples",
-        partial.total_samples()
-    );
+    for checkpoint in ["2", "off"] {
+        let profile = dir.join(format!("killed-{checkpoint}.prof"));
+        let mut child = std::process::Command::new(&hot)
+            .arg("30")
+            .env("LD_PRELOAD", lib())
+            .env("CPUPROFILE", &profile)
+            .env("CPUPROFILE_CHECKPOINT", checkpoint)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_secs(4));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        let bytes = std::fs::read(&profile).unwrap();
+        let (partial, defect) = Profile::parse_lenient(&bytes).unwrap();
+        assert_eq!(defect.is_none(), checkpoint != "off", "{checkpoint}: {defect:?}");
+        assert!(
+            partial.total_samples() >= 20,
+            "{checkpoint}: records written before the kill: {} samples",
+            partial.total_samples()
+        );
+    }
 }
 
 #[test]

@@ -1,7 +1,9 @@
 //! Profiles cut short — by SIGKILL, by `_exit`, by a program that takes every signal over and
 //! leaves with `exit_group` (as Go does), or truncated at any offset — are read by every
 //! reader command up to the cut, with one warning naming what is missing, and with the
-//! executable's maps when the file has none; `check` still fails on them.
+//! executable's maps when the file has none; `check` still fails on them. The profiles are
+//! written without checkpoints (`CPUPROFILE_CHECKPOINT=off`, as before checkpoints existed):
+//! with them, a SIGKILLed process leaves a complete file (tests/process_end.rs).
 
 mod support;
 
@@ -32,14 +34,15 @@ fn warnings(out: &Output) -> Vec<String> {
         .collect()
 }
 
-/// Runs `program mode` plainly and profiled (at `hz`, into `profile`): the same exit status
-/// and standard output. Returns the status.
+/// Runs `program mode` plainly and profiled (at `hz`, into `profile`, without checkpoints):
+/// the same exit status and standard output. Returns the status.
 fn run_both(program: &Path, mode: &str, profile: &Path, hz: &str) -> Option<i32> {
     let plain = Command::new(program).args([mode, "10"]).output().unwrap();
     let profiled = Command::new(program)
         .args([mode, "10"])
         .env("LD_PRELOAD", lib())
         .env("CPUPROFILE", profile)
+        .env("CPUPROFILE_CHECKPOINT", "off")
         .env("CPUPROFILE_FREQUENCY", hz)
         .output()
         .unwrap();

@@ -173,9 +173,9 @@ fn epochs_of_a_known_workload_are_complete_profiles_summing_to_a_single_run() {
 }
 
 /// SIGKILL at a random moment: every finished epoch passes `check`; the epoch being written
-/// is the temporary file, read as a cut-short profile (check fails, top reads it).
+/// is the temporary file, complete as of its last checkpoint (it passes `check` too).
 #[test]
-fn sigkill_leaves_finished_epochs_intact_and_the_last_one_cut_short() {
+fn sigkill_leaves_finished_epochs_intact_and_the_last_one_complete() {
     let dir = scratch_dir("epochs_kill");
     let program = compile_c(&dir, "hot.c", "hot", FLAGS, false);
     for hz in ["100", "4000"] {
@@ -217,10 +217,9 @@ fn sigkill_leaves_finished_epochs_intact_and_the_last_one_cut_short() {
         for t in &temporary {
             assert!(t.to_string_lossy().ends_with(".prof.tmp"), "{}", t.display());
             let check = cpuprof(&["check", t.to_str().unwrap()]);
-            assert_eq!(
-                check.status.code(),
-                Some(1),
-                "{hz} Hz: a killed epoch is cut short: {check:?}"
+            assert!(
+                check.status.success(),
+                "{hz} Hz: a killed epoch is complete as of its last checkpoint: {check:?}"
             );
             let top = cpuprof(&["top", "--binary", program.to_str().unwrap(), t.to_str().unwrap()]);
             assert!(top.status.success(), "{hz} Hz: {top:?}");

@@ -233,3 +233,156 @@ fn a_failed_exec_leaves_profiling_running() {
         }
     }
 }
+
+/// Runs the program with `ulimit -c unlimited` (so that `wait` says whether a signal dumped
+/// core), in `dir` (where a core file may go); `env` is the program's alone, not the shell's.
+fn run_with_core(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -c unlimited 2>/dev/null; exec env \"$@\"")
+        .arg("sh")
+        .args(env.iter().map(|(k, v)| format!("{k}={v}")))
+        .arg(program())
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
+/// The CPU seconds the program printed (`cpu S`) before it ended.
+fn printed_cpu(out: &Output) -> f64 {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("cpu ")?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no cpu line: {out:?}"))
+}
+
+#[test]
+fn ending_signals_at_their_default_action_complete_the_profile() {
+    let dir = scratch_dir("ending-signals");
+    for (signal, name) in [
+        (libc::SIGTERM, "SIGTERM"),
+        (libc::SIGINT, "SIGINT"),
+        (libc::SIGHUP, "SIGHUP"),
+        (libc::SIGQUIT, "SIGQUIT"),
+        (libc::SIGSEGV, "SIGSEGV"),
+    ] {
+        let sig = signal.to_string();
+        let plain = run_with_core(&dir, &["raise", &sig, "0.1", "1"], &[]);
+        // Without a writer thread (one thread) and with one.
+        for threads in ["1", "2"] {
+            let profile = dir.join(format!("{name}-{threads}.prof"));
+            let out = run_with_core(
+                &dir,
+                &["raise", &sig, "2", threads],
+                &[
+                    ("LD_PRELOAD", lib().to_str().unwrap()),
+                    ("CPUPROFILE", profile.to_str().unwrap()),
+                ],
+            );
+            let what = format!("{name} with {threads} threads");
+            assert_eq!(out.status.to_string(), plain.status.to_string(), "{what}: {out:?}");
+            let p = assert_complete(&profile);
+            let cpu = printed_cpu(&out);
+            let sampled = seconds(&p);
+            assert!(
+                (sampled - cpu).abs() <= 0.1 * cpu,
+                "{what}: {sampled:.2} s of samples, {cpu:.2} s of CPU"
+            );
+            // Named with no binary given: the profile's maps and build-ids find it.
+            let top = cpuprof_top(&profile);
+            let named = share(&top, "burn_main") + share(&top, "burn_child");
+            assert!(named >= 90.0, "{what}: {named}% named burn_*: {top:?}");
+            let table = google_pprof(&program(), &profile);
+            assert!(share(&table, "burn_main") > 40.0, "{what}: google-pprof {table:?}");
+        }
+    }
+}
+
+/// Utime + stime of a running process, in seconds, from /proc.
+fn process_cpu(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+#[test]
+fn sigkill_leaves_a_complete_profile_of_all_but_the_last_checkpoint_interval() {
+    let dir = scratch_dir("sigkill-checkpoint");
+    for threads in ["1", "2"] {
+        let profile = dir.join(format!("killed-{threads}.prof"));
+        let mut child = Command::new(program())
+            .args(["spin", threads])
+            .env("LD_PRELOAD", lib())
+            .env("CPUPROFILE", &profile)
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(4500));
+        let cpu = process_cpu(child.id());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let what = format!("SIGKILL with {threads} threads");
+        let p = assert_complete(&profile);
+        let sampled = seconds(&p);
+        // The default checkpoint interval is 2 s; the writer's tick and the kernel's
+        // accounting add a little.
+        assert!(
+            sampled >= cpu - 2.3 && sampled <= cpu * 1.1,
+            "{what}: {sampled:.2} s of samples, {cpu:.2} s of CPU"
+        );
+        let table = google_pprof(&program(), &profile);
+        assert!(
+            share(&table, "burn_main") + share(&table, "burn_child") >= 90.0,
+            "{what}: google-pprof {table:?}"
+        );
+    }
+}
+
+#[test]
+fn a_process_that_ends_at_once_leaves_a_complete_profile_or_none() {
+    let dir = scratch_dir("ends-at-once");
+    for frequency in FREQUENCIES {
+        for i in 0..100 {
+            let profile = dir.join(format!("now-{frequency}-{i}.prof"));
+            let out = run(
+                &["now"],
+                &[
+                    ("LD_PRELOAD", lib().to_str().unwrap()),
+                    ("CPUPROFILE", profile.to_str().unwrap()),
+                    ("CPUPROFILE_FREQUENCY", frequency),
+                ],
+            );
+            assert!(out.status.success(), "{out:?}");
+            if profile.exists() {
+                let bytes = std::fs::read(&profile).unwrap();
+                Profile::parse(&bytes).unwrap_or_else(|e| panic!("{}: {e} ({} bytes)", profile.display(), bytes.len()));
+            }
+        }
+    }
+}
+
+#[test]
+fn three_hundred_system_calls_leave_only_complete_profiles() {
+    let dir = scratch_dir("system-300");
+    let out = run(
+        &["system", "300"],
+        &[
+            ("LD_PRELOAD", lib().to_str().unwrap()),
+            ("CPUPROFILE", dir.join("prof").to_str().unwrap()),
+        ],
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("300 of 300 ran"),
+        "{out:?}"
+    );
+    let mut files = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let bytes = std::fs::read(&path).unwrap();
+        Profile::parse(&bytes).unwrap_or_else(|e| panic!("{}: {e} ({} bytes)", path.display(), bytes.len()));
+        files += 1;
+    }
+    assert!(files >= 1, "no profile at all");
+}

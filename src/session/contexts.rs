@@ -56,13 +56,20 @@ impl RecordContexts {
     }
 
     /// The context lines, then a line naming each thread they mention whose name is known.
+    #[cfg(test)]
     pub fn text(&self) -> Vec<u8> {
+        self.text_with(&[])
+    }
+
+    /// [`text`](Self::text) with the contexts `more` of records written after these (a
+    /// checkpoint's tail, `session::writer`).
+    pub fn text_with(&self, more: &[(u64, u64, SampleContext)]) -> Vec<u8> {
         let mut text = String::new();
-        if self.cpu_profile && !self.runs.is_empty() {
+        if self.cpu_profile && !(self.runs.is_empty() && more.is_empty()) {
             text.push_str(&cpu_labels_line());
         }
         let mut tids = BTreeSet::new();
-        for &(first, records, context) in &self.runs {
+        for &(first, records, context) in self.runs.iter().chain(more) {
             let state = state_text(context.state, crate::sys::syscall_names::name);
             for ordinal in first..first + records {
                 text.push_str(&context_line(ordinal, context.tid, &state));

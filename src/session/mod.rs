@@ -70,10 +70,23 @@ impl OutputFile {
 
     /// What the profile needs to be written without a writer thread (its header flushed to
     /// the file first), or `None` if it cannot be (kept in memory, a write failed).
-    fn threadless(&mut self, path: &Path, max_depth: usize, summary: bool) -> Option<Box<threadless::Threadless>> {
+    fn threadless(
+        &mut self,
+        path: &Path,
+        max_depth: usize,
+        summary: bool,
+        checkpoint: Option<std::time::Duration>,
+    ) -> Option<Box<threadless::Threadless>> {
         self.writer.flush().ok()?;
         let fd = self.writer.get_ref().descriptor()?;
-        threadless::Threadless::new(path, fd, self.writer.get_ref().bytes_in_file(), max_depth, summary)
+        threadless::Threadless::new(
+            path,
+            fd,
+            self.writer.get_ref().bytes_in_file(),
+            max_depth,
+            summary,
+            checkpoint,
+        )
     }
 
     /// Creates the file at `path` (not followed if a symbolic link, never blocking; regular
@@ -161,6 +174,7 @@ struct PendingWriter {
     signal: std::ffi::c_int,
     source: SampleSource,
     exit_summary: Option<PathBuf>,
+    checkpoint_every: Option<std::time::Duration>,
 }
 
 impl PendingWriter {
@@ -172,6 +186,7 @@ impl PendingWriter {
             self.signal,
             self.source,
             self.exit_summary,
+            self.checkpoint_every,
         )
     }
 
@@ -381,7 +396,7 @@ impl Session {
         let summary = options.report_on_stderr && crate::sys::messages::speaks();
         let threadless = match &mut output {
             writer::Output::File(out) if can_start_threadless(&options) => {
-                out.threadless(path, options.table.max_depth, summary)
+                out.threadless(path, options.table.max_depth, summary, options.checkpoint)
             }
             _ => None,
         };
@@ -415,6 +430,7 @@ impl Session {
             signal,
             source,
             exit_summary: summary.then(|| path.to_path_buf()),
+            checkpoint_every: options.checkpoint,
         };
         crate::sampler::signals::on_takeover(writer_notices_takeover);
         let (writer_thread, writer_tid) = match threadless {

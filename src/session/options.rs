@@ -61,7 +61,13 @@ pub struct Options {
     /// Children forked from the process get profiles of their own, `<path>_<pid>`
     /// (`session::children`; `CPUPROFILE_FOLLOW_FORK=0` turns it off).
     pub follow_forks: bool,
+    /// How often the file is made a complete profile of everything sampled so far
+    /// (`CPUPROFILE_CHECKPOINT`, seconds; `None`: only when it ends). See `session::writer`.
+    pub checkpoint: Option<std::time::Duration>,
 }
+
+/// The default interval between checkpoints: what a process killed by SIGKILL loses at most.
+pub const DEFAULT_CHECKPOINT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The default bound of a profile kept in memory: far above what the call-chain table's
 /// evictions write in hours at the default rate, and still small beside a server's memory.
@@ -95,6 +101,7 @@ impl Default for Options {
             thread_labels: false,
             in_memory: None,
             follow_forks: true,
+            checkpoint: Some(DEFAULT_CHECKPOINT),
         }
     }
 }
@@ -118,6 +125,15 @@ impl Options {
                 follow.trim().to_ascii_lowercase().as_str(),
                 "0" | "no" | "off" | "false"
             );
+        }
+        if let Some(seconds) = var("CPUPROFILE_CHECKPOINT") {
+            match parse_checkpoint(&seconds) {
+                Some(every) => o.checkpoint = every,
+                None => crate::say!(
+                    "cpuprof: CPUPROFILE_CHECKPOINT={seconds:?} is not a number of seconds (0 or off: none); using {}",
+                    DEFAULT_CHECKPOINT.as_secs()
+                ),
+            }
         }
         if let Some(sig) = var("CPUPROFILE_TIMER_SIGNAL") {
             match sig.trim().parse::<c_int>() {
@@ -170,6 +186,18 @@ pub fn parse_frequency(text: &str) -> u32 {
     }
 }
 
+/// `CPUPROFILE_CHECKPOINT`: seconds between checkpoints (fractions allowed, at least 0.1 s),
+/// or `0`/`off` for none. `None` if it is neither.
+pub fn parse_checkpoint(text: &str) -> Option<Option<std::time::Duration>> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "0" | "off" | "no" | "false" => Some(None),
+        t => match t.parse::<f64>() {
+            Ok(s) if s.is_finite() && s > 0.0 => Some(Some(std::time::Duration::from_secs_f64(s.clamp(0.1, 86_400.0)))),
+            _ => None,
+        },
+    }
+}
+
 pub fn parse_timer(name: &str) -> Option<TimerChoice> {
     match name.trim().to_ascii_lowercase().as_str() {
         "auto" | "" => Some(TimerChoice::Auto),
@@ -207,6 +235,20 @@ mod tests {
     fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn checkpoints_are_seconds_or_off() {
+        use std::time::Duration;
+        assert_eq!(Options::default().checkpoint, Some(DEFAULT_CHECKPOINT));
+        assert_eq!(parse_checkpoint("5"), Some(Some(Duration::from_secs(5))));
+        assert_eq!(parse_checkpoint("0.5"), Some(Some(Duration::from_millis(500))));
+        assert_eq!(parse_checkpoint("0.001"), Some(Some(Duration::from_millis(100))));
+        assert_eq!(parse_checkpoint("off"), Some(None));
+        assert_eq!(parse_checkpoint("0"), Some(None));
+        assert_eq!(parse_checkpoint("soon"), None);
+        let o = Options::from_env(env(&[("CPUPROFILE_CHECKPOINT", "off")]));
+        assert_eq!(o.checkpoint, None);
     }
 
     #[test]

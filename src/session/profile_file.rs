@@ -11,6 +11,13 @@
 //! back to the last whole record, so readers see whole records only, and nothing more is
 //! written.
 //!
+//! Checkpoints (`CPUPROFILE_CHECKPOINT`, see `session::writer`): records are then held in the
+//! buffer and written only by [`ProfileFile::checkpoint`], together with a tail that completes
+//! the profile (the counts still in the table, the trailer, the maps), in one `write` at the end
+//! of the records, over the previous tail; the file is then cut to its new end. So the file is
+//! a complete profile at every moment but during that one write, and a process killed by
+//! SIGKILL leaves what its last checkpoint held. The next write starts where the records end.
+//!
 //! [`ProfileWriter`]: crate::format::ProfileWriter
 
 use crate::sys::fd::GuardedFd;
@@ -32,6 +39,11 @@ pub struct ProfileFile {
     written: u64,
     /// Set by the first failure: nothing is written after it.
     failed: bool,
+    /// Bytes after the records that complete the profile (a checkpoint's tail), written over
+    /// by the next write.
+    tail_in_file: u64,
+    /// Records are held in the buffer until the next checkpoint.
+    holding: bool,
 }
 
 /// Where the bytes go.
@@ -113,7 +125,49 @@ impl ProfileFile {
             record_ends: Vec::new(),
             written: 0,
             failed: false,
+            tail_in_file: 0,
+            holding: false,
         }
+    }
+
+    /// From now on, records are written only with a checkpoint's tail (see the module's
+    /// comment), or once holding ends.
+    pub fn hold_records(&mut self, on: bool) {
+        self.holding = on;
+    }
+
+    /// Whether records are held for checkpoints.
+    pub fn holds_records(&self) -> bool {
+        self.holding
+    }
+
+    /// Bytes of records held for the next checkpoint.
+    pub fn held_bytes(&self) -> usize {
+        self.buffer.len()
+    }
+
+    /// Writes the held records and then `tail` (which completes the profile) in one write
+    /// where the records end, over the previous tail, and cuts the file to the new end. A
+    /// profile kept in memory takes the records only (it is complete whenever it is read).
+    pub fn checkpoint(&mut self, tail: &[u8]) -> io::Result<()> {
+        if matches!(self.target, Target::Memory { .. }) {
+            return self.write_buffer();
+        }
+        self.buffer.extend_from_slice(tail);
+        self.deliver_records_and_tail(tail.len())
+    }
+
+    /// Notes a tail that was written after the records without this object (by
+    /// `session::threadless`): the next write goes over it.
+    pub fn adopt_tail(&mut self, bytes: u64) {
+        if bytes == 0 {
+            return;
+        }
+        if let Target::File { fd, .. } = &self.target {
+            // SAFETY: moves our own descriptor's offset to where the records end.
+            unsafe { libc::lseek(fd.raw(), self.written as libc::off_t, libc::SEEK_SET) };
+        }
+        self.tail_in_file = bytes;
     }
 
     /// The bytes of whole records written so far (call after a flush): a copy of the memory
@@ -206,9 +260,18 @@ impl ProfileFile {
     }
 
     fn write_buffer(&mut self) -> io::Result<()> {
+        self.deliver_records_and_tail(0)
+    }
+
+    /// Delivers the buffer, whose last `tail` bytes are not records but complete the profile;
+    /// the file is cut to its new end if the tail it held before went further.
+    fn deliver_records_and_tail(&mut self, tail: usize) -> io::Result<()> {
         if self.failed {
+            self.buffer.clear();
+            self.record_ends.clear();
             return Err(io::Error::other("an earlier write failed"));
         }
+        let old_end = self.written + self.tail_in_file;
         let (done, result) = self.deliver();
         if let Err(e) = result {
             self.failed = true;
@@ -220,8 +283,9 @@ impl ProfileFile {
                 .last()
                 .unwrap_or(0);
             let keep = self.written + whole as u64;
+            self.tail_in_file = 0;
             match &mut self.target {
-                Target::File { fd, regular: true, .. } if whole < done && fd.is_still_ours() => {
+                Target::File { fd, regular: true, .. } if (whole < done || keep < old_end) && fd.is_still_ours() => {
                     // SAFETY: ftruncate of our own (just checked) descriptor, shrinking only.
                     unsafe { libc::ftruncate(fd.raw(), keep as libc::off_t) };
                 }
@@ -233,7 +297,21 @@ impl ProfileFile {
             self.record_ends.clear();
             return Err(e);
         }
-        self.written += done as u64;
+        self.written += (done - tail) as u64;
+        self.tail_in_file = tail as u64;
+        if let Target::File { fd, regular: true, .. } = &self.target {
+            let end = self.written + tail as u64;
+            // SAFETY: shrinking our own file (checked by `deliver`) to what was just written,
+            // and moving its offset back to where the records end, for the next write.
+            unsafe {
+                if end < old_end {
+                    libc::ftruncate(fd.raw(), end as libc::off_t);
+                }
+                if tail > 0 {
+                    libc::lseek(fd.raw(), self.written as libc::off_t, libc::SEEK_SET);
+                }
+            }
+        }
         self.buffer.clear();
         self.record_ends.clear();
         Ok(())
@@ -290,13 +368,17 @@ impl Write for ProfileFile {
         }
         self.buffer.extend_from_slice(buf);
         self.record_ends.push(self.buffer.len());
-        if self.buffer.len() >= BUFFER {
+        if self.buffer.len() >= BUFFER && !self.holding {
             self.write_buffer()?;
         }
         Ok(buf.len())
     }
 
+    /// Writes the buffer, unless records are held for the next checkpoint.
     fn flush(&mut self) -> io::Result<()> {
+        if self.holding {
+            return Ok(());
+        }
         self.write_buffer()
     }
 }
@@ -386,6 +468,36 @@ mod tests {
         assert_eq!(memory.bytes_in_file(), 10);
         assert!(memory.write_all(b"n").is_err());
         assert_eq!(memory.close().unwrap().unwrap(), b"abcdefghij");
+    }
+
+    #[test]
+    fn checkpoints_write_records_and_a_tail_that_the_next_write_replaces() {
+        let dir = scratch("checkpoint");
+        let path = dir.join("p");
+        let mut file = ProfileFile::create(&path).unwrap();
+        file.write_all(b"H").unwrap();
+        file.flush().unwrap();
+        file.hold_records(true);
+        file.write_all(b"r1").unwrap();
+        file.flush().unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"H", "held until the checkpoint");
+        assert_eq!(file.held_bytes(), 2);
+        file.checkpoint(b"<long tail>").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"Hr1<long tail>");
+        assert_eq!(file.bytes_in_file(), 3);
+        // The next checkpoint goes over the tail, and what is left of the longer one is cut.
+        file.write_all(b"r2").unwrap();
+        file.checkpoint(b"<t>").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"Hr1r2<t>");
+        assert_eq!(file.read_back().unwrap(), b"Hr1r2");
+        // The end: records and trailer in one write, over the tail.
+        file.hold_records(false);
+        file.write_all(b"r3").unwrap();
+        file.write_all(b"T").unwrap();
+        file.flush().unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"Hr1r2r3T");
+        assert_eq!(file.close().unwrap(), None);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -12,8 +12,12 @@
 //! start:
 //! * the signal handler writes the evicted records to the file when the ring is half full, and
 //!   harvests the table's counts into it after 1 s and then at doubling intervals up to 30 s
-//!   ([`after_sample`]), as the writer does: a long single-threaded run loses nothing, and one
-//!   killed by SIGKILL leaves its samples up to the last harvest;
+//!   ([`after_sample`]), as the writer does: a long single-threaded run loses nothing;
+//! * with checkpoints (`CPUPROFILE_CHECKPOINT`, as the writer's), records are always followed
+//!   by a tail that completes the profile: the table's counts not harvested yet (copied), the
+//!   trailer, `/proc/self/maps` streamed, the signal-weights and process lines; the handler
+//!   writes it again, over the last one, at each checkpoint (records go where the records end,
+//!   with `pwrite`): a process killed by SIGKILL leaves a complete profile as of then;
 //! * `ProfilerFlush` writes the records and the table's counts in place;
 //! * `_exit` and `exec`, which may run in a signal handler, complete the file in place
 //!   ([`complete`]): records, trailer, `/proc/self/maps` streamed, the signal-weights and
@@ -73,9 +77,14 @@ pub struct Threadless {
     completed: AtomicBool,
     /// Whether the `PROFILE:` line is printed when the file is completed here at `_exit`.
     summary: bool,
-    /// Bytes of the header, after which a placeholder trailer and maps were written (see
-    /// [`publish`]), or 0 once records replaced them.
-    placeholder_after: AtomicU64,
+    /// Bytes after the records that complete the profile (a tail: see the module's comment),
+    /// and the bytes in the file in all (the records, and a tail or what is left of one).
+    tail_bytes: AtomicU64,
+    file_end: AtomicU64,
+    /// Nanoseconds between checkpoints (0: none; the tail written at start is then replaced by
+    /// the first records), and when the next is due (CLOCK_MONOTONIC ns).
+    checkpoint_ns: u64,
+    next_checkpoint_ns: AtomicU64,
     /// Where the records ended when the file was completed for an exec ([`complete_for_exec`]),
     /// or 0.
     exec_trailer_at: AtomicU64,
@@ -126,19 +135,23 @@ pub struct HandedOver {
     pub failure: i32,
     /// The file was completed in place: the writer has nothing to write.
     pub completed: bool,
-    /// Bytes in the file.
+    /// Bytes in the file, not counting `tail`.
     pub file_bytes: u64,
+    /// Bytes after the records that complete the profile (the writer writes over them).
+    pub tail: u64,
 }
 
 impl Threadless {
     /// For the profile at `path`, open as `fd` (its header written: `file_bytes`), of chains
-    /// up to `max_depth`; `summary`: print the `PROFILE:` line if it is completed at `_exit`.
+    /// up to `max_depth`; `summary`: print the `PROFILE:` line if it is completed at `_exit`;
+    /// `checkpoint`: the interval between checkpoints, if any.
     pub fn new(
         path: &std::path::Path,
         fd: c_int,
         file_bytes: u64,
         max_depth: usize,
         summary: bool,
+        checkpoint: Option<std::time::Duration>,
     ) -> Option<Box<Threadless>> {
         use std::os::unix::ffi::OsStrExt;
         Some(Box::new(Threadless {
@@ -156,7 +169,10 @@ impl Threadless {
             failure: std::sync::atomic::AtomicI32::new(0),
             completed: AtomicBool::new(false),
             summary,
-            placeholder_after: AtomicU64::new(0),
+            tail_bytes: AtomicU64::new(0),
+            file_end: AtomicU64::new(file_bytes),
+            checkpoint_ns: checkpoint.map_or(0, |d| d.as_nanos().max(1) as u64),
+            next_checkpoint_ns: AtomicU64::new(0),
             exec_trailer_at: AtomicU64::new(0),
             next_harvest_ns: AtomicU64::new(monotonic_ns() + FIRST_HARVEST_NS),
             harvest_interval_ns: AtomicU64::new(FIRST_HARVEST_NS),
@@ -167,15 +183,14 @@ impl Threadless {
 /// Makes `threadless` the way the running profile is written until its writer starts.
 ///
 /// The file is first made a complete, empty profile: the trailer and the maps follow the
-/// header, and the first records written replace them (the file is cut back to the header).
-/// So a process that ends before writing anything, in a way nothing sees (a raw `exit_group`
+/// header (a tail, which the first records written go over). So a process that ends before writing anything, in a way nothing sees (a raw `exit_group`
 /// system call, `SIGKILL`: a forked child that only forks again and exits, as daemons and
 /// Chromium's launcher do), leaves a valid profile rather than a bare header.
 pub fn publish(threadless: Box<Threadless>) {
-    let header = threadless.file_bytes.load(Ordering::SeqCst);
-    if threadless.write_trailer_with(SignalWeights::default()) {
-        threadless.placeholder_after.store(header, Ordering::SeqCst);
-    }
+    threadless.write_tail_with(SignalWeights::default(), None);
+    threadless
+        .next_checkpoint_ns
+        .store(monotonic_ns() + threadless.checkpoint_ns, Ordering::SeqCst);
     let old = CURRENT.swap(Box::into_raw(threadless), Ordering::SeqCst);
     debug_assert!(old.is_null());
     OWNER.store(FREE, Ordering::SeqCst);
@@ -196,12 +211,13 @@ pub fn after_sample(state: &SamplerState) {
     }
     with_file(|t| {
         let now = monotonic_ns();
+        let checkpoint = t.checkpoint_ns > 0 && now >= t.next_checkpoint_ns.load(Ordering::Relaxed);
         if now >= t.next_harvest_ns.load(Ordering::Relaxed) {
             let interval = (t.harvest_interval_ns.load(Ordering::Relaxed) * 2).min(MAX_HARVEST_INTERVAL_NS);
             t.harvest_interval_ns.store(interval, Ordering::Relaxed);
             t.next_harvest_ns.store(now + interval, Ordering::Relaxed);
             t.write_records(state, true);
-        } else if state.table.ring_used_slots() * 2 >= state.table.ring_capacity_slots() {
+        } else if checkpoint || state.table.ring_used_slots() * 2 >= state.table.ring_capacity_slots() {
             t.write_records(state, false);
         }
         // Threads made by raw clone are armed here (no writer polls for them).
@@ -220,8 +236,7 @@ pub fn flush(state: &SamplerState) -> bool {
 /// not written here. Async-signal-safe.
 pub fn complete(state: &SamplerState) -> bool {
     let done = with_file(|t| {
-        t.write_records(state, true);
-        t.write_trailer(state);
+        t.write_records_and_tail(state, true);
         t.completed.store(true, Ordering::SeqCst);
     });
     if done.is_some() {
@@ -276,10 +291,9 @@ pub fn say_summary(state: &SamplerState) {
 /// back. Async-signal-safe.
 pub fn complete_for_exec(state: &SamplerState) -> bool {
     let done = with_file(|t| {
-        t.write_records(state, true);
+        t.write_records_and_tail(state, true);
         t.exec_trailer_at
             .store(t.file_bytes.load(Ordering::SeqCst), Ordering::SeqCst);
-        t.write_trailer(state);
         t.completed.store(true, Ordering::SeqCst);
     });
     if done.is_some() {
@@ -299,14 +313,7 @@ pub fn resume_after_failed_exec() {
     if end == 0 || t.pid != own_pid() {
         return;
     }
-    if identity(t.fd) == Some(t.identity) {
-        // SAFETY: shrinking our own (just checked) file back to its records.
-        unsafe {
-            libc::ftruncate(t.fd, end as libc::off_t);
-            libc::lseek(t.fd, end as libc::off_t, libc::SEEK_SET);
-        }
-        t.file_bytes.store(end, Ordering::SeqCst);
-    }
+    // The file stays complete: the next records go over its tail.
     t.completed.store(false, Ordering::SeqCst);
     OWNER.store(FREE, Ordering::SeqCst);
 }
@@ -340,8 +347,12 @@ pub fn hand_over() -> Option<HandedOver> {
     crate::sampler::unannounced::release();
     // SAFETY: `ptr` came from Box::into_raw in `publish`; unpublished above.
     let t = unsafe { &*ptr };
-    // The writer appends records at the descriptor's offset: the placeholder goes first.
-    t.drop_placeholder();
+    // The writer appends records at the descriptor's offset: where the records end, over the
+    // tail, which it is told of.
+    if identity(t.fd) == Some(t.identity) {
+        // SAFETY: moves our own (just checked) descriptor's offset.
+        unsafe { libc::lseek(t.fd, t.file_bytes.load(Ordering::SeqCst) as libc::off_t, libc::SEEK_SET) };
+    }
     let handed = HandedOver {
         records: t.records.load(Ordering::SeqCst),
         bytes: t.bytes.load(Ordering::SeqCst),
@@ -349,6 +360,7 @@ pub fn hand_over() -> Option<HandedOver> {
         failure: t.failure.load(Ordering::SeqCst),
         completed: t.completed.load(Ordering::SeqCst),
         file_bytes: t.file_bytes.load(Ordering::SeqCst),
+        tail: t.tail_bytes.load(Ordering::SeqCst),
     };
     if crate::sampler::wait_for_handlers() {
         // SAFETY: no handler can still hold the pointer.
@@ -394,9 +406,30 @@ fn own_pid() -> u32 {
 }
 
 impl Threadless {
-    /// Writes the ring's records (and with `harvest` the table's counts). The caller holds
-    /// OWNER.
+    /// Writes the ring's records (and with `harvest` the table's counts), then, with
+    /// checkpoints, the tail that completes the profile; without, the file is cut to its
+    /// records (the tail written at start goes). The caller holds OWNER.
     fn write_records(&self, state: &SamplerState, harvest: bool) {
+        let before = self.file_bytes.load(Ordering::SeqCst);
+        self.write_records_only(state, harvest);
+        if self.checkpoint_ns > 0 {
+            self.write_tail_with(state.signal_weights(), Some(state));
+            self.next_checkpoint_ns
+                .store(monotonic_ns() + self.checkpoint_ns, Ordering::Relaxed);
+        } else if self.file_bytes.load(Ordering::SeqCst) != before {
+            self.tail_bytes.store(0, Ordering::SeqCst);
+            self.cut_to_end();
+        }
+    }
+
+    /// Writes the records and the table's counts, then the tail (the file's end, before an
+    /// `_exit` or `exec`). The caller holds OWNER.
+    fn write_records_and_tail(&self, state: &SamplerState, harvest: bool) {
+        self.write_records_only(state, harvest);
+        self.write_tail_with(state.signal_weights(), Some(state));
+    }
+
+    fn write_records_only(&self, state: &SamplerState, harvest: bool) {
         // SAFETY: OWNER gives the caller the cells and the ring's consumer side.
         let (buffer, scratch) = unsafe { (&mut *self.buffer.get(), &mut *self.scratch.get()) };
         let mut batch = Batch {
@@ -404,6 +437,7 @@ impl Threadless {
             buffer,
             used: 0,
             lost: 0,
+            tail: false,
         };
         // SAFETY: OWNER makes this the ring's only consumer (no writer thread exists).
         unsafe {
@@ -429,66 +463,66 @@ impl Threadless {
         if self.failed.load(Ordering::Relaxed) {
             return samples;
         }
-        // A write refused part way (a full disk) keeps the whole records it took, as the
-        // writer thread's file does.
-        let kept = match self.write_bytes(bytes) {
+        // Where the records end, over the tail. A write refused part way (a full disk) keeps
+        // the whole records it took, as the writer thread's file does, and no tail.
+        let before = self.file_bytes.load(Ordering::SeqCst);
+        let kept = match self.write_at(before, bytes) {
             Ok(()) => bytes,
             Err(done) => &bytes[..whole_records_in(&bytes[..done], self.format)],
         };
+        let end = before + kept.len() as u64;
+        self.file_bytes.store(end, Ordering::SeqCst);
+        self.file_end.fetch_max(end, Ordering::SeqCst);
         if kept.len() < bytes.len() {
-            let before = self.file_bytes.load(Ordering::SeqCst);
-            // SAFETY: shrinking our own file to its whole records.
-            unsafe { libc::ftruncate(self.fd, (before + kept.len() as u64) as libc::off_t) };
+            self.tail_bytes.store(0, Ordering::SeqCst);
+            self.cut_to_end();
         }
-        self.file_bytes.fetch_add(kept.len() as u64, Ordering::SeqCst);
         let (kept_records, kept_samples) = used_records(kept, self.format);
         self.records.fetch_add(kept_records.min(records), Ordering::SeqCst);
         self.bytes.fetch_add(kept.len() as u64, Ordering::SeqCst);
         samples - kept_samples.min(samples)
     }
 
-    /// Cuts the placeholder trailer and maps off the file, if they are still there, and puts
-    /// the descriptor's offset back at the end of the header.
-    fn drop_placeholder(&self) {
-        let header = self.placeholder_after.swap(0, Ordering::SeqCst);
-        if header > 0 && identity(self.fd) == Some(self.identity) {
-            // SAFETY: shrinking our own (just checked) file back to its header.
-            unsafe {
-                libc::ftruncate(self.fd, header as libc::off_t);
-                libc::lseek(self.fd, header as libc::off_t, libc::SEEK_SET);
-            }
-            self.file_bytes.store(header, Ordering::SeqCst);
+    /// Cuts the file to the records and their tail, if it held more (what is left of a longer
+    /// tail). Async-signal-safe.
+    fn cut_to_end(&self) {
+        let end = self.file_bytes.load(Ordering::SeqCst) + self.tail_bytes.load(Ordering::SeqCst);
+        if self.file_end.load(Ordering::SeqCst) > end && identity(self.fd) == Some(self.identity) {
+            // SAFETY: shrinking our own (just checked) file.
+            unsafe { libc::ftruncate(self.fd, end as libc::off_t) };
         }
+        self.file_end.store(end, Ordering::SeqCst);
     }
 
-    /// Writes `bytes` (a piece of the trailer) at the end of the file, all or nothing: on any
-    /// failure cuts the file back to what it held, marks the profile failed, and returns false.
+    /// Writes `bytes` (a piece of the tail) after the tail written so far, all or nothing: on
+    /// a failure the tail is given up (the file is cut back to its records) and false returned.
     fn write_whole(&self, bytes: &[u8]) -> bool {
-        let before = self.file_bytes.load(Ordering::SeqCst);
-        match self.write_bytes(bytes) {
+        let tail = self.tail_bytes.load(Ordering::SeqCst);
+        let at = self.file_bytes.load(Ordering::SeqCst) + tail;
+        match self.write_at(at, bytes) {
             Ok(()) => {
-                self.file_bytes.store(before + bytes.len() as u64, Ordering::SeqCst);
+                self.tail_bytes.store(tail + bytes.len() as u64, Ordering::SeqCst);
+                self.file_end.fetch_max(at + bytes.len() as u64, Ordering::SeqCst);
                 true
             }
-            Err(_) => {
-                // SAFETY: shrinking our own file back to what it held.
-                unsafe { libc::ftruncate(self.fd, before as libc::off_t) };
+            Err(done) => {
+                self.file_end.fetch_max(at + done as u64, Ordering::SeqCst);
+                self.tail_bytes.store(0, Ordering::SeqCst);
+                self.cut_to_end();
                 false
             }
         }
     }
 
-    /// Writes `bytes` at the end of the file (after the placeholder, if any, is dropped).
-    /// On a failure, marks the profile failed and returns how many bytes the file took; the
-    /// caller cuts it back.
-    fn write_bytes(&self, bytes: &[u8]) -> Result<(), usize> {
-        self.drop_placeholder();
-        let before = self.file_bytes.load(Ordering::SeqCst);
+    /// Writes `bytes` at `offset` of the file (`pwrite`: the descriptor's offset is left
+    /// alone). On a failure, marks the profile failed and returns how many bytes the file
+    /// took; the caller cuts it back.
+    fn write_at(&self, offset: u64, bytes: &[u8]) -> Result<(), usize> {
         if identity(self.fd) != Some(self.identity) {
             self.fail(DESCRIPTOR_TAKEN);
             return Err(0);
         }
-        if would_pass_size_limit(before + bytes.len() as u64) {
+        if would_pass_size_limit(offset + bytes.len() as u64) {
             // What the writer thread, which blocks SIGXFSZ, gets from write(2).
             self.fail(libc::EFBIG);
             return Err(0);
@@ -496,8 +530,9 @@ impl Threadless {
         let mut done = 0;
         while done < bytes.len() {
             let rest = &bytes[done..];
+            let at = (offset + done as u64) as libc::off_t;
             // SAFETY: writes a live slice to our own (just checked) descriptor.
-            let n = unsafe { libc::write(self.fd, rest.as_ptr().cast(), rest.len()) };
+            let n = unsafe { libc::pwrite(self.fd, rest.as_ptr().cast(), rest.len(), at) };
             if n > 0 {
                 done += n as usize;
                 continue;
@@ -521,16 +556,34 @@ impl Threadless {
         false
     }
 
-    /// The trailer, `/proc/self/maps` as it is now, and the signal-weights line.
-    fn write_trailer(&self, state: &SamplerState) {
-        self.write_trailer_with(state.signal_weights());
+    /// Writes the tail after the records, over the last one: the table's counts not harvested
+    /// yet (copied from `table`, if given), the trailer, `/proc/self/maps` as it is now, the
+    /// signal-weights and process lines; then cuts the file to its new end. Returns whether
+    /// all was written. The caller has the buffers to itself (it holds OWNER, or has not
+    /// published `self`).
+    fn write_tail_with(&self, weights: SignalWeights, table: Option<&SamplerState>) -> bool {
+        self.tail_bytes.store(0, Ordering::SeqCst);
+        let whole = !self.failed.load(Ordering::Relaxed) && self.write_tail_pieces(weights, table);
+        self.cut_to_end();
+        whole
     }
 
-    /// [`write_trailer`](Self::write_trailer) with `weights`; returns whether all was written.
-    /// The caller has the buffer to itself (it holds OWNER, or has not published `self`).
-    fn write_trailer_with(&self, weights: SignalWeights) -> bool {
-        if self.failed.load(Ordering::Relaxed) {
-            return false;
+    fn write_tail_pieces(&self, weights: SignalWeights, table: Option<&SamplerState>) -> bool {
+        if let Some(state) = table {
+            // SAFETY: OWNER gives the caller the cells.
+            let (buffer, scratch) = unsafe { (&mut *self.buffer.get(), &mut *self.scratch.get()) };
+            let mut batch = Batch {
+                file: self,
+                buffer,
+                used: 0,
+                lost: 0,
+                tail: true,
+            };
+            state.table.peek_with(scratch, |count, pcs| batch.put(count, pcs));
+            batch.write();
+            if batch.lost > 0 {
+                return false;
+            }
         }
         // SAFETY: OWNER gives the caller the buffer.
         let buffer = unsafe { &mut *self.buffer.get() };
@@ -602,6 +655,8 @@ struct Batch<'a> {
     used: usize,
     /// Samples that could not be written.
     lost: u64,
+    /// The records go in the tail (copied counts), not with the records.
+    tail: bool,
 }
 
 impl Batch<'_> {
@@ -622,7 +677,13 @@ impl Batch<'_> {
 
     fn write(&mut self) {
         let bytes = &self.buffer[..self.used];
-        self.lost += self.file.write_buffer(bytes, used_records(bytes, self.file.format));
+        if self.tail {
+            if !bytes.is_empty() && !self.file.write_whole(bytes) {
+                self.lost += used_records(bytes, self.file.format).1;
+            }
+        } else {
+            self.lost += self.file.write_buffer(bytes, used_records(bytes, self.file.format));
+        }
         self.used = 0;
     }
 }

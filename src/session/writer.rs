@@ -13,6 +13,13 @@
 //! intervals up to 30 s, so that a process killed without warning leaves a readable file with
 //! recent samples, while a long-running server does not grow its file with every tick.
 //!
+//! Checkpoints (`CPUPROFILE_CHECKPOINT`, every 2 s by default) keep the file a complete
+//! profile at every moment: records are held in memory between them, and each checkpoint
+//! writes them with a tail that completes the profile: the counts still in the table (copied,
+//! not taken: the file does not grow by them), the trailer, the maps with their build-ids,
+//! the signal weights, the process line. The next checkpoint writes over that tail
+//! (`session::profile_file`). Nothing is written while nothing was sampled or loaded.
+//!
 //! Code that ends the process without `atexit` (`_exit`, `exec`; see `process_end`) may run in
 //! a signal handler, so it cannot take the locks of [`WriterControl`]: it asks through the
 //! atomics below, wakes the writer with a futex, and waits on another, for a bounded time.
@@ -22,6 +29,7 @@ use super::epochs::{Database, Epoch};
 use super::mappings::SeenMappings;
 use super::timing;
 use super::OutputFile;
+use crate::format::writer::{encode_record, record_size};
 use crate::format::{ProcessLine, SampleContext, SignalWeights, SlotFormat, TRAILER};
 use crate::sampler::{self, SampleSource, SamplerState};
 use crate::sys::futex;
@@ -39,6 +47,8 @@ use std::time::{Duration, Instant, SystemTime};
 const MAX_TICK: Duration = Duration::from_millis(50);
 const MIN_TICK: Duration = Duration::from_millis(5);
 const FIRST_HARVEST: Duration = Duration::from_secs(1);
+/// Records held for the next checkpoint beyond which it comes at once.
+const MAX_HELD_BYTES: usize = 1 << 20;
 const MAX_HARVEST_INTERVAL: Duration = Duration::from_secs(30);
 
 /// The process whose writer thread runs (0: none). A forked or vfork'ed child inherits the
@@ -256,6 +266,7 @@ pub fn run(
     profiling_signal: i32,
     source: SampleSource,
     exit_summary: Option<PathBuf>,
+    checkpoint_every: Option<Duration>,
 ) -> Finished {
     WRITER_PID.store(std::process::id(), Ordering::SeqCst);
     // First of all (before the maps and build-ids, which take a while): a writer started
@@ -274,6 +285,13 @@ pub fn run(
     // after the session has let go of the /proc/self/mem descriptor: it holds its own use.
     let reads_memory = crate::unwind::safe_read::acquire().is_ok();
     out.record_mappings(&read_self_maps());
+    if checkpoint_every.is_some() {
+        out.hold_records();
+    }
+    // The first checkpoint at once: a process that ends however it may leaves a complete
+    // (maybe empty) profile.
+    let mut next_checkpoint = Instant::now();
+    let mut checkpointed = None;
     let mut memory_descriptor_noted = false;
     let mut tick = MIN_TICK;
     let mut last_drain = Instant::now();
@@ -352,6 +370,16 @@ pub fn run(
         }
         tick = next_tick(tick, drained, last_drain.elapsed(), state.table.ring_capacity_slots());
         last_drain = Instant::now();
+        if let Some(every) = checkpoint_every {
+            // What a checkpoint would add: new samples, or code loaded or unloaded.
+            let seen = Some((state.interrupts.load(Ordering::Relaxed), objects_seen));
+            let due = Instant::now() >= next_checkpoint && seen != checkpointed;
+            if due || flushing || out.held_bytes() > MAX_HELD_BYTES {
+                out.checkpoint(&state);
+                checkpointed = seen;
+                next_checkpoint = Instant::now() + every;
+            }
+        }
         if flushing {
             let copy = snapshot.then(|| out.snapshot(&state));
             let mut s = control.requests();
@@ -402,6 +430,8 @@ pub struct EpochOutput {
     error: Option<io::Error>,
     /// Whether the last attempt to open an epoch file failed (reported once per streak).
     open_failing: bool,
+    /// Each epoch file is written at checkpoints (see [`Output::hold_records`]).
+    checkpoints: bool,
 }
 
 impl EpochOutput {
@@ -412,6 +442,7 @@ impl EpochOutput {
             bytes: 0,
             error: None,
             open_failing: false,
+            checkpoints: false,
         }
     }
 
@@ -447,8 +478,16 @@ impl EpochOutput {
             .map(|e| e.out.mappings.clone())
             .unwrap_or_default();
         match self.db.open(now, mappings) {
-            Ok(epoch) => {
+            Ok(mut epoch) => {
                 self.open_failing = false;
+                if self.checkpoints {
+                    // Complete from the start, as the first file is (the writer's first
+                    // checkpoint): an epoch cut short by SIGKILL is a valid profile.
+                    epoch.out.hold_records();
+                    epoch
+                        .out
+                        .checkpoint_with(TailRecords::after(&epoch.out), SignalWeights::default());
+                }
                 Some(epoch)
             }
             Err(e) => {
@@ -471,6 +510,7 @@ impl Output {
         if let Output::File(out) = self {
             out.writer.note_written_elsewhere(handed.records, handed.bytes);
             out.writer.get_mut().note_written_elsewhere(handed.bytes, handed.failed);
+            out.writer.get_mut().adopt_tail(handed.tail);
             if handed.failed {
                 out.error.get_or_insert(failure_error(handed.failure));
             }
@@ -487,6 +527,42 @@ impl Output {
         };
         out.mappings.record(maps);
         out.mappings.read_build_ids(maps);
+    }
+
+    /// From now on records are written at checkpoints only, in every file (epoch files too).
+    fn hold_records(&mut self) {
+        match self {
+            Output::File(out) => out.hold_records(),
+            Output::Epochs(e) => {
+                e.checkpoints = true;
+                if let Some(epoch) = e.current.as_mut() {
+                    epoch.out.hold_records();
+                }
+            }
+        }
+    }
+
+    /// Records held for the next checkpoint.
+    fn held_bytes(&self) -> usize {
+        match self {
+            Output::File(out) => out.held_bytes(),
+            Output::Epochs(EpochOutput {
+                current: Some(epoch), ..
+            }) => epoch.out.held_bytes(),
+            Output::Epochs(_) => 0,
+        }
+    }
+
+    /// See [`OutputFile::checkpoint`]; in epoch mode, of the current epoch's file.
+    fn checkpoint(&mut self, state: &SamplerState) {
+        match self {
+            Output::File(out) => out.checkpoint(state),
+            Output::Epochs(e) => {
+                if let Some(epoch) = e.current.as_mut() {
+                    epoch.out.checkpoint(state);
+                }
+            }
+        }
     }
 
     /// See [`OutputFile::write_pending`]; in epoch mode, into the current epoch's file (with
@@ -613,10 +689,55 @@ fn process_line() -> String {
     .line()
 }
 
+/// Records of a checkpoint's tail: the table's counts not harvested yet, numbered after the
+/// records in the file (for their contexts).
+pub(super) struct TailRecords {
+    bytes: Vec<u8>,
+    next: u64,
+    runs: Vec<(u64, u64, SampleContext)>,
+}
+
+impl TailRecords {
+    /// None yet, to follow the records of `out`.
+    pub(super) fn after(out: &OutputFile) -> TailRecords {
+        TailRecords {
+            bytes: Vec::new(),
+            next: out.writer.records_written(),
+            runs: Vec::new(),
+        }
+    }
+
+    fn put(&mut self, count: u64, pcs: &[u64], context: Option<SampleContext>) {
+        let (size, records) = record_size(SlotFormat::NATIVE, count, pcs);
+        if records == 0 {
+            return;
+        }
+        let at = self.bytes.len();
+        self.bytes.resize(at + size, 0);
+        encode_record(SlotFormat::NATIVE, count, pcs, &mut self.bytes[at..]);
+        if let Some(context) = context {
+            self.runs.push((self.next, records, context));
+        }
+        self.next += records;
+    }
+}
+
 /// What follows the trailer: the maps (with build-ids), the samples' signal weights, the
 /// process that wrote the profile, the records' contexts, and for a wall-clock profile
 /// (`wall`) the wall sampler's missing looks.
 fn trailer_text(mappings: &mut SeenMappings, weights: SignalWeights, contexts: &RecordContexts, wall: bool) -> Vec<u8> {
+    trailer_text_with(mappings, weights, contexts, &[], wall)
+}
+
+/// [`trailer_text`] for a profile whose last records (a checkpoint's tail) have the contexts
+/// `tail_runs` beside those of `contexts`.
+fn trailer_text_with(
+    mappings: &mut SeenMappings,
+    weights: SignalWeights,
+    contexts: &RecordContexts,
+    tail_runs: &[(u64, u64, SampleContext)],
+    wall: bool,
+) -> Vec<u8> {
     let maps = read_self_maps();
     // The program may have closed or reused the descriptor since the last tick: read ELF
     // images through one that is ours, not through its file.
@@ -628,7 +749,7 @@ fn trailer_text(mappings: &mut SeenMappings, weights: SignalWeights, contexts: &
     if wall {
         text.extend_from_slice(super::wall::looks_line().as_bytes());
     }
-    text.extend_from_slice(&contexts.text());
+    text.extend_from_slice(&contexts.text_with(tail_runs));
     text
 }
 
@@ -664,6 +785,8 @@ impl OutputFile {
             wall,
         } = self;
         debug_assert!(exec_trailer_at.is_none(), "taken back by Output::complete");
+        // The last write: the held records and the trailer together, over the last tail.
+        writer.get_mut().hold_records(false);
         let written = match error {
             Some(e) => Err(e),
             None => writer.write_trailer(&trailer_text(&mut mappings, weights, &contexts, wall)),
@@ -706,6 +829,12 @@ impl OutputFile {
     /// profile kept in memory goes with the process image and needs none. The wall profile
     /// beside it likewise.
     fn complete_for_exec(&mut self, state: &SamplerState) {
+        if self.holds_records() {
+            // A checkpoint completes the file; the next one (after an exec that failed) writes
+            // over its tail.
+            self.checkpoint(state);
+            return;
+        }
         if self.exec_trailer_at.is_some() || self.error.is_some() {
             return;
         }
@@ -762,6 +891,68 @@ impl OutputFile {
         }
         if let Some(beside) = &mut self.beside {
             beside.resume_after_exec();
+        }
+    }
+
+    /// Records are written at checkpoints only, in this file and the one beside it.
+    fn hold_records(&mut self) {
+        if self.writer.get_ref().descriptor().is_some() {
+            self.writer.get_mut().hold_records(true);
+        }
+        if let Some(beside) = &mut self.beside {
+            beside.hold_records();
+        }
+    }
+
+    fn holds_records(&self) -> bool {
+        self.writer.get_ref().holds_records()
+    }
+
+    fn held_bytes(&self) -> usize {
+        self.writer.get_ref().held_bytes() + self.beside.as_ref().map_or(0, |b| b.held_bytes())
+    }
+
+    /// Writes the records held since the last checkpoint and a tail that completes the
+    /// profile: the table's counts not harvested yet (copied, not taken), the trailer and the
+    /// trailer text (maps, build-ids, weights, process, contexts). The same for the file beside.
+    pub fn checkpoint(&mut self, state: &SamplerState) {
+        if !self.holds_records() {
+            return;
+        }
+        let mut own = TailRecords::after(self);
+        let mut beside = self.beside.as_deref().map(TailRecords::after);
+        let mut scratch = vec![0; state.table.max_depth()];
+        state.table.peek_with(&mut scratch, |count, chain| {
+            let (pcs, context) = super::contexts::split(chain);
+            match beside.as_mut().filter(|_| context.is_some()) {
+                Some(beside) => beside.put(count, pcs, context),
+                None => own.put(count, pcs, context),
+            }
+        });
+        self.checkpoint_with(own, state.signal_weights());
+        if let (Some(file), Some(records)) = (self.beside.as_mut(), beside) {
+            file.checkpoint_with(records, state.wall_signal_weights());
+        }
+    }
+
+    /// [`checkpoint`](Self::checkpoint) of this file alone, with `records` in its tail.
+    fn checkpoint_with(&mut self, records: TailRecords, weights: SignalWeights) {
+        if self.error.is_some() || !self.holds_records() {
+            return;
+        }
+        let mut tail = records.bytes;
+        for slot in TRAILER {
+            SlotFormat::NATIVE.put(slot, &mut tail);
+        }
+        tail.extend_from_slice(&trailer_text_with(
+            &mut self.mappings,
+            weights,
+            &self.contexts,
+            &records.runs,
+            self.wall,
+        ));
+        if let Err(e) = self.writer.get_mut().checkpoint(&tail) {
+            self.error = Some(e);
         }
     }
 

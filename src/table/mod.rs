@@ -22,12 +22,12 @@ pub use ring::EvictionRing;
 /// (see Cargo.toml for the command).
 mod atomic {
     #[cfg(loom)]
-    pub use loom::sync::atomic::{AtomicU64, Ordering};
+    pub use loom::sync::atomic::{fence, AtomicU64, Ordering};
     #[cfg(not(loom))]
-    pub use std::sync::atomic::{AtomicU64, Ordering};
+    pub use std::sync::atomic::{fence, AtomicU64, Ordering};
 }
 
-use atomic::{AtomicU64, Ordering};
+use atomic::{fence, AtomicU64, Ordering};
 
 const EMPTY: u64 = 0;
 const BUSY: u64 = 1;
@@ -273,6 +273,33 @@ impl CallChainTable {
         }
     }
 
+    /// Hands each non-zero count in the table to `f` without taking it: what a harvest would
+    /// take now, for a checkpoint's copy (`session::writer`). A row is copied between two loads
+    /// of its word and kept only if the word did not change (the generation makes a refilled
+    /// row differ); a row that keeps changing is left out of this copy. Async-signal-safe;
+    /// `scratch` at least [`max_depth`](Self::max_depth) long.
+    pub fn peek_with(&self, scratch: &mut [u64], mut f: impl FnMut(u64, &[u64])) {
+        for i in 0..self.words.len() {
+            for _ in 0..MAX_ATTEMPTS {
+                let word = self.words[i].load(Ordering::Acquire);
+                if word & STATE_MASK != READY || word_count(word) == 0 {
+                    break;
+                }
+                let row = self.row_pcs(i);
+                let n = row.len().min(scratch.len());
+                for (dst, pc) in scratch.iter_mut().zip(row) {
+                    *dst = pc.load(Ordering::Relaxed);
+                }
+                // The row's loads complete before the word is loaded again (a seqlock's read).
+                fence(Ordering::Acquire);
+                if self.words[i].load(Ordering::Relaxed) == word {
+                    f(word_count(word), &scratch[..n]);
+                    break;
+                }
+            }
+        }
+    }
+
     fn row(&self, i: usize) -> &[AtomicU64] {
         &self.rows[i * self.row_len..(i + 1) * self.row_len]
     }
@@ -383,6 +410,20 @@ mod tests {
         t.record(&[7, 8], 1);
         assert_eq!(contents(&t), HashMap::from([(vec![7, 8], 1)]));
         assert_eq!(t.stats.evictions.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn peek_copies_counts_without_taking_them() {
+        let t = small(16, 4, 1024);
+        t.record(&[7, 8], 2);
+        t.record(&[9], 1);
+        let mut scratch = vec![0; t.max_depth()];
+        let mut seen = HashMap::new();
+        t.peek_with(&mut scratch, |c, p| *seen.entry(p.to_vec()).or_insert(0) += c);
+        assert_eq!(seen, HashMap::from([(vec![7, 8], 2), (vec![9], 1)]));
+        // Still there for the harvest; a harvested (zero) count is not copied.
+        assert_eq!(contents(&t), seen);
+        t.peek_with(&mut scratch, |_, p| panic!("{p:?} has no count"));
     }
 
     #[test]

@@ -13,9 +13,17 @@
  *                                  without LD_PRELOAD
  *   process_end execd              (the exec'd image) prints the pending and blocked signals
  *   process_end execfail           burns 0.5 s in burn_main, fails to exec a missing file,
- *                                  burns 1 s in burn_after, exits */
+ *                                  burns 1 s in burn_after, exits
+ *   process_end raise SIG S THREADS  burns S seconds of CPU in burn_main (with THREADS=2, a
+ *                                  second thread burns in burn_child too), then raises SIG at
+ *                                  its default action (SIGSEGV: a write through NULL),
+ *                                  printing the process's CPU time first
+ *   process_end spin THREADS       burns in burn_main (and burn_child) until killed
+ *   process_end now                _exit(0) at once
+ *   process_end system N           runs system("true") N times */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +50,17 @@ static double thread_cpu(void) {
 BURNER(burn_main)
 BURNER(burn_child)
 BURNER(burn_after)
+
+static void *child_burner(void *seconds) {
+  burn_child(*(double *)seconds);
+  return NULL;
+}
+
+/* Starts a second thread burning `seconds` in burn_child when `threads` is 2. */
+static void second_burner(int threads, double *seconds) {
+  pthread_t t;
+  if (threads > 1) pthread_create(&t, NULL, child_burner, seconds);
+}
 
 static void on_sigterm(int sig) {
   (void)sig;
@@ -148,6 +167,30 @@ int main(int argc, char **argv) {
     sigprocmask(SIG_BLOCK, NULL, &blocked);
     print_set("pending:", &pending);
     print_set("blocked:", &blocked);
+    return 0;
+  } else if (!strcmp(mode, "raise") && argc > 4) {
+    int sig = atoi(argv[2]);
+    double seconds = atof(argv[3]);
+    second_burner(atoi(argv[4]), &seconds);
+    burn_main(seconds);
+    struct timespec cpu;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
+    printf("cpu %.3f\n", cpu.tv_sec + cpu.tv_nsec / 1e9);
+    fflush(stdout);
+    if (sig == SIGSEGV) *(volatile int *)0 = 1;
+    raise(sig);
+    return 1;
+  } else if (!strcmp(mode, "spin") && argc > 2) {
+    double forever = 1e9;
+    second_burner(atoi(argv[2]), &forever);
+    burn_main(forever);
+    return 1;
+  } else if (!strcmp(mode, "now")) {
+    _exit(0);
+  } else if (!strcmp(mode, "system") && argc > 2) {
+    int ok = 0, n = atoi(argv[2]);
+    for (int i = 0; i < n; i++) ok += system("true") == 0;
+    printf("%d of %d ran\n", ok, n);
     return 0;
   } else if (!strcmp(mode, "execfail")) {
     sigset_t before, after;
