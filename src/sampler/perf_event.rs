@@ -218,6 +218,16 @@ pub fn open(tid: libc::pid_t, signal: c_int, period_ns: u64) -> io::Result<c_int
     }
 }
 
+/// The nanoseconds of CPU time `fd`'s event counted that its signals have not weighed yet
+/// (`rearm_and_weigh`), if `fd` is still ours: what a thread leaves at exit.
+pub fn unweighed(fd: c_int) -> Option<u64> {
+    let s = slot(fd).filter(|_| is_ours(fd))?;
+    let mut count = 0u64;
+    // SAFETY: reads the event's u64 count (no read_format flags) into a local.
+    let n = unsafe { libc::read(fd, (&raw mut count).cast(), 8) };
+    (n == 8).then(|| count.saturating_sub(ACCOUNTED[s].load(Ordering::Relaxed)))
+}
+
 /// Stops `fd`'s event from signalling, if `fd` is still ours.
 pub fn disable(fd: c_int) {
     if is_ours(fd) {

@@ -666,6 +666,24 @@ impl Session {
             if let Some(w) = wall {
                 crate::say!("{}", w.summary_line());
             }
+            if lost > 0 {
+                let reasons: Vec<String> = crate::table::Loss::ALL
+                    .iter()
+                    .filter_map(|&why| {
+                        let n = stats.lost_for(why);
+                        (n > 0).then(|| format!("{n} with {}", why.reason()))
+                    })
+                    .collect();
+                crate::say!("cpuprof: {lost} samples lost: {}", reasons.join(", "));
+            }
+            let shallow = stats.without_callers.load(Ordering::Relaxed);
+            if shallow > 0 {
+                crate::say!(
+                    "cpuprof: {shallow} samples were recorded at their function without its callers: all {} walk \
+                     workspaces were in use (handlers preempted in great numbers on a loaded machine)",
+                    self.state.workspace_count()
+                );
+            }
             if held_back > 0 {
                 crate::say!(
                     "cpuprof: {held_back} threads keep the profiling signal blocked while they run: their CPU time since \

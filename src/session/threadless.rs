@@ -450,7 +450,7 @@ impl Threadless {
         }
         batch.write();
         if batch.lost > 0 {
-            state.table.count_lost(batch.lost);
+            state.table.count_unwritten(batch.lost);
         }
     }
 

@@ -340,6 +340,10 @@ pub fn run(
                 crate::say!("cpuprof: the program closed cpuprof's /proc/self/mem descriptor and it cannot be opened again ({e}); stacks outside threads' own stacks are no longer walked");
             }
         }
+        // Workspaces first: the poll may arm threads that have not yet reached their start.
+        if let Some(threads) = crate::sys::procfs::self_thread_count() {
+            state.ensure_workspaces(threads);
+        }
         sampler::thread_timers::sync_with_tasks();
         let generation = loaded_objects_generation();
         if generation != objects_seen {

@@ -96,6 +96,48 @@ pub struct TableStats {
     pub samples: AtomicU64,
     pub evictions: AtomicU64,
     pub lost: AtomicU64,
+    /// Why: part of `lost`, by reason ([`Loss`]).
+    pub lost_by: [AtomicU64; Loss::COUNT],
+    /// Samples recorded at their function without its callers: no walk workspace was free
+    /// (handlers preempted in great numbers on a loaded machine).
+    pub without_callers: AtomicU64,
+}
+
+/// Why a sample was lost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Loss {
+    /// Other handlers held every entry of the chain's bucket, attempt after attempt.
+    Contention,
+    /// The eviction ring was full: the writer did not drain it in time.
+    RingFull,
+    /// Recorded, but the file refused the records (full disk, size limit, descriptor taken).
+    Unwritten,
+}
+
+impl Loss {
+    pub const COUNT: usize = 3;
+    pub const ALL: [Loss; Loss::COUNT] = [Loss::Contention, Loss::RingFull, Loss::Unwritten];
+
+    /// What the stop's message says of it.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Loss::Contention => "the call-chain table's bucket held by other handlers",
+            Loss::RingFull => "the eviction ring full",
+            Loss::Unwritten => "refused by the file",
+        }
+    }
+}
+
+impl TableStats {
+    /// Samples lost for `why`.
+    pub fn lost_for(&self, why: Loss) -> u64 {
+        self.lost_by[why as usize].load(Ordering::Relaxed)
+    }
+
+    fn add_lost(&self, weight: u64, why: Loss) {
+        self.lost.fetch_add(weight, Ordering::Relaxed);
+        self.lost_by[why as usize].fetch_add(weight, Ordering::Relaxed);
+    }
 }
 
 pub struct CallChainTable {
@@ -147,21 +189,24 @@ impl CallChainTable {
         let hash = hash_chain(pcs);
         let tag = hash >> TAG_SHIFT;
         let first = ((hash & self.bucket_mask) as usize) * self.ways;
+        let mut why = Loss::Contention;
         for _ in 0..MAX_ATTEMPTS {
             match self.try_record(first, tag, pcs, weight) {
                 Attempt::Done => return,
-                Attempt::RingFull => break,
+                Attempt::RingFull => {
+                    why = Loss::RingFull;
+                    break;
+                }
                 Attempt::Raced => continue,
             }
         }
-        self.stats.lost.fetch_add(weight, Ordering::Relaxed);
+        self.stats.add_lost(weight, why);
     }
 
-    /// Counts `weight` samples that were taken but could not be recorded (no walk workspace
-    /// free), keeping `samples = stored + evicted + lost`. Async-signal-safe.
-    pub fn count_lost(&self, weight: u64) {
-        self.stats.samples.fetch_add(weight, Ordering::Relaxed);
-        self.stats.lost.fetch_add(weight, Ordering::Relaxed);
+    /// Counts `weight` samples that were recorded here but that the file refused (they are
+    /// already among `samples`). Async-signal-safe.
+    pub fn count_unwritten(&self, weight: u64) {
+        self.stats.add_lost(weight, Loss::Unwritten);
     }
 
     fn try_record(&self, first: usize, tag: u64, pcs: &[u64], weight: u64) -> Attempt {

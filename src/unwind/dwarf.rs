@@ -79,7 +79,7 @@ impl DwarfUnwinder {
         let max_code_address = texts.iter().map(|r| r.end).max().unwrap_or(0);
         DwarfUnwinder {
             unwinder,
-            caches: ClaimPool::new(CACHES, Cache::new_in),
+            caches: ClaimPool::new(CACHES, CACHES, Cache::new_in),
             max_code_address,
             #[cfg(target_arch = "x86_64")]
             rbx: rbx.finish(),

@@ -3,11 +3,14 @@
  * Threads run two at a time (one per core here); each burns its share of thread CPU time in
  * short_work, which its start routine calls.
  *
- *   short_threads N SECONDS     prints "cpu SECONDS" (process CPU time, getrusage) and
- *                               "threads SECONDS" (the workers' own CPU time, summed) */
+ *   short_threads N SECONDS [together]
+ *                               prints "cpu SECONDS" (process CPU time, getrusage) and
+ *                               "threads SECONDS" (the workers' own CPU time, summed); with
+ *                               "together", all N threads are started at once, then joined */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -43,6 +46,15 @@ int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 1000;
   double seconds = argc > 2 ? atof(argv[2]) : 5;
   share = seconds / n;
+  if (argc > 3 && !strcmp(argv[3], "together")) {
+    pthread_t *all = calloc(n, sizeof *all);
+    int started = 0;
+    for (int i = 0; i < n; i++)
+      if (pthread_create(&all[started], NULL, worker, NULL) == 0) started++;
+    for (int i = 0; i < started; i++) pthread_join(all[i], NULL);
+    free(all);
+    n = 0;
+  }
   for (int i = 0; i < n; i += 2) {
     pthread_t t[2];
     int started = 0;
