@@ -56,6 +56,8 @@ pub struct SamplerState {
     /// Frame buffers and walk stacks, so the handler's own stack use is small and fixed
     /// (handlers may run on small alternate signal stacks).
     workspaces: ClaimPool<Workspace>,
+    /// Workspaces beyond one per thread (and the pool's first size): two per CPU, 16 to 64.
+    spare_workspaces: usize,
     filter: Option<ThreadFilter>,
     unwinder: UnwinderChoice,
     source: SampleSource,
@@ -126,14 +128,18 @@ impl SamplerState {
         source: SampleSource,
         labels: Labels,
     ) -> Self {
+        // Asked once: `available_parallelism` reads cgroup files, and a descriptor opened
+        // while the program runs could take the number its own open() expects.
+        let spare_workspaces = concurrent_handlers();
         SamplerState {
             labels,
             wall_weights: WeightCounters::default(),
             unwinder,
             source,
-            workspaces: ClaimPool::new(concurrent_handlers(), crate::claim_pool::MAX_ITEMS, || {
+            workspaces: ClaimPool::new(spare_workspaces, crate::claim_pool::MAX_ITEMS, || {
                 Workspace::new(table.max_depth)
             }),
+            spare_workspaces,
             table: CallChainTable::new(table),
             filter,
             interrupts: AtomicU64::new(0),
@@ -150,7 +156,7 @@ impl SamplerState {
     pub fn ensure_workspaces(&self, threads: usize) {
         // A quarter more than the threads: threads created in a burst are armed by the
         // writer's poll before each reaches its own start, where it would grow the pool.
-        let wanted = threads + threads / 4 + concurrent_handlers();
+        let wanted = threads + threads / 4 + self.spare_workspaces;
         if self.workspaces.len() < wanted {
             // In steps of 16: a burst of thread starts makes them a few at a time.
             let wanted = wanted.next_multiple_of(16);

@@ -466,13 +466,14 @@ impl Threadless {
         // Where the records end, over the tail. A write refused part way (a full disk) keeps
         // the whole records it took, as the writer thread's file does, and no tail.
         let before = self.file_bytes.load(Ordering::SeqCst);
-        let kept = match self.write_at(before, bytes) {
-            Ok(()) => bytes,
-            Err(done) => &bytes[..whole_records_in(&bytes[..done], self.format)],
+        let (kept, done) = match self.write_at(before, bytes) {
+            Ok(()) => (bytes, bytes.len()),
+            Err(done) => (&bytes[..whole_records_in(&bytes[..done], self.format)], done),
         };
         let end = before + kept.len() as u64;
         self.file_bytes.store(end, Ordering::SeqCst);
-        self.file_end.fetch_max(end, Ordering::SeqCst);
+        // What the refused write left past the whole records is cut below with the rest.
+        self.file_end.fetch_max(before + done as u64, Ordering::SeqCst);
         if kept.len() < bytes.len() {
             self.tail_bytes.store(0, Ordering::SeqCst);
             self.cut_to_end();
