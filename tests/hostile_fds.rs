@@ -320,9 +320,9 @@ fn a_file_size_limit_ends_the_profile_cleanly() {
         let bytes = std::fs::read(&profile).unwrap();
         assert!(bytes.len() as u64 <= LIMIT, "{what}: {} bytes", bytes.len());
         assert_whole_records(&what, &bytes);
-        // 4000 samples a second over 4096 chains need more than 64 KiB; at 100 Hz the profile
-        // may fit, and is then complete.
-        if *frequency == "4000" || Profile::parse(&bytes).is_err() {
+        // 4000 samples a second over 4096 chains need more than 64 KiB, but on a busy machine
+        // fewer signals come; a profile that fits is complete, one that does not says so.
+        if Profile::parse(&bytes).is_err() {
             assert_loss_reported(&what, &out, "File too large");
         }
     }

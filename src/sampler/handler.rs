@@ -346,15 +346,25 @@ impl SamplerState {
 /// Called by a thread as it starts, before its timer is armed: the running profile gets walk
 /// workspaces for every thread ([`SamplerState::ensure_workspaces`]). Not for signal context.
 pub fn workspaces_for_threads() {
+    // Counted here, not from /proc (no descriptor is opened in the program's thread start):
+    // the threads started through the interposer and not yet ended, and the main thread.
+    let threads = STARTED_THREADS.fetch_add(1, Ordering::Relaxed) + 2;
     IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
     // SAFETY: the state stays alive while IN_FLIGHT is non-zero (see `unpublish`).
     if let Some(state) = unsafe { CURRENT.load(Ordering::SeqCst).as_ref() } {
-        if let Some(threads) = crate::sys::procfs::self_thread_count() {
-            state.ensure_workspaces(threads);
-        }
+        state.ensure_workspaces(threads);
     }
     IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
 }
+
+/// Called by a thread started through the interposer as it ends (see
+/// [`workspaces_for_threads`]).
+pub fn thread_ended() {
+    let _ = STARTED_THREADS.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+}
+
+/// Threads started through the interposer and not yet ended.
+static STARTED_THREADS: AtomicUsize = AtomicUsize::new(0);
 
 /// The call chain from `regs` (the calling thread's), walked as samples are and copied into
 /// `out`, for call chains recorded outside the handler beside the ones it records: a thread's

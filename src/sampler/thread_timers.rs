@@ -648,6 +648,7 @@ pub(crate) fn perf_allowed_here() -> io::Result<()> {
 /// another thread has just reused). What its POSIX timer owed is charged to its start routine.
 extern "C" fn on_thread_exit(_value: *mut c_void) {
     let tid = gettid();
+    super::handler::thread_ended();
     if crate::sys::thread_names::wanted() {
         // Its samples may still wait in the table: the name is read while it can be.
         crate::sys::thread_names::remember_own(tid);

@@ -56,7 +56,6 @@ impl RecordContexts {
     }
 
     /// The context lines, then a line naming each thread they mention whose name is known.
-    #[cfg(test)]
     pub fn text(&self) -> Vec<u8> {
         self.text_with(&[])
     }

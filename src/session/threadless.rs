@@ -498,6 +498,11 @@ impl Threadless {
     /// Writes `bytes` (a piece of the tail) after the tail written so far, all or nothing: on
     /// a failure the tail is given up (the file is cut back to its records) and false returned.
     fn write_whole(&self, bytes: &[u8]) -> bool {
+        // After a refused write nothing more goes in: a later piece could fit in the room
+        // freed by cutting the file back, and land after the records without the trailer.
+        if self.failed.load(Ordering::SeqCst) {
+            return false;
+        }
         let tail = self.tail_bytes.load(Ordering::SeqCst);
         let at = self.file_bytes.load(Ordering::SeqCst) + tail;
         match self.write_at(at, bytes) {

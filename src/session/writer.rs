@@ -286,6 +286,7 @@ pub fn run(
     let reads_memory = crate::unwind::safe_read::acquire().is_ok();
     out.record_mappings(&read_self_maps());
     if checkpoint_every.is_some() {
+        remember_process_line();
         out.hold_records();
     }
     // The first checkpoint at once: a process that ends however it may leaves a complete
@@ -730,18 +731,6 @@ impl TailRecords {
 /// process that wrote the profile, the records' contexts, and for a wall-clock profile
 /// (`wall`) the wall sampler's missing looks.
 fn trailer_text(mappings: &mut SeenMappings, weights: SignalWeights, contexts: &RecordContexts, wall: bool) -> Vec<u8> {
-    trailer_text_with(mappings, weights, contexts, &[], wall)
-}
-
-/// [`trailer_text`] for a profile whose last records (a checkpoint's tail) have the contexts
-/// `tail_runs` beside those of `contexts`.
-fn trailer_text_with(
-    mappings: &mut SeenMappings,
-    weights: SignalWeights,
-    contexts: &RecordContexts,
-    tail_runs: &[(u64, u64, SampleContext)],
-    wall: bool,
-) -> Vec<u8> {
     let maps = read_self_maps();
     // The program may have closed or reused the descriptor since the last tick: read ELF
     // images through one that is ours, not through its file.
@@ -753,9 +742,65 @@ fn trailer_text_with(
     if wall {
         text.extend_from_slice(super::wall::looks_line().as_bytes());
     }
+    text.extend_from_slice(&contexts.text());
+    text
+}
+
+/// [`trailer_text`] for a checkpoint, whose last records (its tail) have the contexts
+/// `tail_runs` beside those of `contexts`. Nothing is read from `/proc` (no descriptor is
+/// opened or reopened while the program runs, every 2 s): the maps are the code mappings
+/// recorded as objects were loaded, with their build-ids, and the process line is the one read
+/// when the writer started.
+fn checkpoint_trailer_text(
+    mappings: &SeenMappings,
+    weights: SignalWeights,
+    contexts: &RecordContexts,
+    tail_runs: &[(u64, u64, SampleContext)],
+    wall: bool,
+) -> Vec<u8> {
+    let mut text = mappings.complete(b"");
+    text.extend_from_slice(weights.line().as_bytes());
+    text.extend_from_slice(checkpoint_process_line().as_bytes());
+    if wall {
+        text.extend_from_slice(super::wall::looks_line().as_bytes());
+    }
     text.extend_from_slice(&contexts.text_with(tail_runs));
     text
 }
+
+/// This process's `# process` line as its writer found it when it started (set by
+/// [`remember_process_line`]; a forked child's writer sets its own).
+fn checkpoint_process_line() -> String {
+    let line = PROCESS_LINE.load(Ordering::Acquire);
+    // SAFETY: a non-null pointer is a leaked (never freed) box set by remember_process_line.
+    match unsafe { line.as_ref() } {
+        Some((pid, line)) if *pid == std::process::id() => line.clone(),
+        _ => String::new(),
+    }
+}
+
+/// Reads and keeps the `# process` line, for the checkpoints of this process's files. The
+/// command line is read through a descriptor closed at once (the cached one would stay open
+/// for the whole run, one of the few a program under a low `RLIMIT_NOFILE` has).
+fn remember_process_line() {
+    let args = std::fs::read("/proc/self/cmdline").unwrap_or_default();
+    let args = &args[..args.len().min(crate::format::process::MAX_COMMAND_LINE)];
+    let line = ProcessLine {
+        pid: std::process::id(),
+        // SAFETY: getppid has no preconditions.
+        ppid: unsafe { libc::getppid() } as u32,
+        forked: super::children::is_forked_child(),
+        args: ProcessLine::args_of_cmdline(args),
+    }
+    .line();
+    let line = Box::into_raw(Box::new((std::process::id(), line)));
+    // The previous one (a parent's, in a forked child) stays allocated: a few bytes, once per
+    // process, and no reader can be left holding a freed one.
+    PROCESS_LINE.store(line, Ordering::Release);
+}
+
+static PROCESS_LINE: std::sync::atomic::AtomicPtr<(u32, String)> =
+    std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
 
 /// The wait before the next drain: the time a quarter of the ring's capacity takes to fill at
 /// the rate `drained` slots in `elapsed` suggest, at most twice the last `tick` (so a quiet
@@ -948,8 +993,8 @@ impl OutputFile {
         for slot in TRAILER {
             SlotFormat::NATIVE.put(slot, &mut tail);
         }
-        tail.extend_from_slice(&trailer_text_with(
-            &mut self.mappings,
+        tail.extend_from_slice(&checkpoint_trailer_text(
+            &self.mappings,
             weights,
             &self.contexts,
             &records.runs,
