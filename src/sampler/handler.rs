@@ -136,7 +136,9 @@ impl SamplerState {
             wall_weights: WeightCounters::default(),
             unwinder,
             source,
-            workspaces: ClaimPool::new(spare_workspaces, crate::claim_pool::MAX_ITEMS, || {
+            // Twice the spares at first: a program with a dozen threads never grows the pool, so
+            // its thread starts allocate nothing (a new thread's first malloc maps an arena).
+            workspaces: ClaimPool::new(2 * spare_workspaces, crate::claim_pool::MAX_ITEMS, || {
                 Workspace::new(table.max_depth)
             }),
             spare_workspaces,

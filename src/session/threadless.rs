@@ -432,13 +432,7 @@ impl Threadless {
     fn write_records_only(&self, state: &SamplerState, harvest: bool) {
         // SAFETY: OWNER gives the caller the cells and the ring's consumer side.
         let (buffer, scratch) = unsafe { (&mut *self.buffer.get(), &mut *self.scratch.get()) };
-        let mut batch = Batch {
-            file: self,
-            buffer,
-            used: 0,
-            lost: 0,
-            tail: false,
-        };
+        let mut batch = Batch::new(self, buffer, false);
         // SAFETY: OWNER makes this the ring's only consumer (no writer thread exists).
         unsafe {
             state
@@ -578,13 +572,7 @@ impl Threadless {
         if let Some(state) = table {
             // SAFETY: OWNER gives the caller the cells.
             let (buffer, scratch) = unsafe { (&mut *self.buffer.get(), &mut *self.scratch.get()) };
-            let mut batch = Batch {
-                file: self,
-                buffer,
-                used: 0,
-                lost: 0,
-                tail: true,
-            };
+            let mut batch = Batch::new(self, buffer, true);
             state.table.peek_with(scratch, |count, pcs| batch.put(count, pcs));
             batch.write();
             if batch.lost > 0 {
@@ -665,7 +653,18 @@ struct Batch<'a> {
     tail: bool,
 }
 
-impl Batch<'_> {
+impl<'a> Batch<'a> {
+    /// None gathered yet in `buffer`; `tail`: the records go in the tail.
+    fn new(file: &'a Threadless, buffer: &'a mut [u8], tail: bool) -> Batch<'a> {
+        Batch {
+            file,
+            buffer,
+            used: 0,
+            lost: 0,
+            tail,
+        }
+    }
+
     fn put(&mut self, count: u64, pcs: &[u64]) {
         let (size, records) = record_size(self.file.format, count, pcs);
         if records == 0 {

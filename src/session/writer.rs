@@ -884,26 +884,8 @@ impl OutputFile {
             self.checkpoint(state);
             return;
         }
-        if self.exec_trailer_at.is_some() || self.error.is_some() {
-            return;
-        }
-        self.flush_records();
-        let Some(records_end) = self
-            .writer
-            .get_ref()
-            .descriptor()
-            .map(|_| self.writer.get_ref().bytes_in_file())
-        else {
-            return;
-        };
-        let written = self.writer.bytes_written();
-        let text = trailer_text(&mut self.mappings, state.signal_weights(), &self.contexts, self.wall);
-        if let Err(e) = self.writer.write_trailer(&text) {
-            self.error = Some(e);
-            return;
-        }
-        self.exec_trailer_at = Some((records_end, written));
-        if let Some(beside) = &mut self.beside {
+        self.complete_for_exec_with(state.signal_weights());
+        if let Some(beside) = self.beside.as_mut().filter(|_| self.exec_trailer_at.is_some()) {
             beside.complete_for_exec_with(state.wall_signal_weights());
         }
     }

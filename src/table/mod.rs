@@ -301,11 +301,7 @@ impl CallChainTable {
                 if word & STATE_MASK != READY || word_count(word) == 0 {
                     break;
                 }
-                let row = self.row_pcs(i);
-                let n = row.len().min(scratch.len());
-                for (dst, pc) in scratch.iter_mut().zip(row) {
-                    *dst = pc.load(Ordering::Relaxed);
-                }
+                let n = self.copy_row(i, scratch);
                 let emptied = word & !(COUNT_MAX << COUNT_SHIFT);
                 if self.words[i]
                     .compare_exchange(word, emptied, Ordering::AcqRel, Ordering::Relaxed)
@@ -330,11 +326,7 @@ impl CallChainTable {
                 if word & STATE_MASK != READY || word_count(word) == 0 {
                     break;
                 }
-                let row = self.row_pcs(i);
-                let n = row.len().min(scratch.len());
-                for (dst, pc) in scratch.iter_mut().zip(row) {
-                    *dst = pc.load(Ordering::Relaxed);
-                }
+                let n = self.copy_row(i, scratch);
                 // The row's loads complete before the word is loaded again (a seqlock's read).
                 fence(Ordering::Acquire);
                 if self.words[i].load(Ordering::Relaxed) == word {
@@ -343,6 +335,16 @@ impl CallChainTable {
                 }
             }
         }
+    }
+
+    /// Copies entry `i`'s chain into `scratch` (cut to its length); returns its length. The
+    /// caller checks the entry's word around the copy.
+    fn copy_row(&self, i: usize, scratch: &mut [u64]) -> usize {
+        let row = self.row_pcs(i);
+        for (dst, pc) in scratch.iter_mut().zip(row) {
+            *dst = pc.load(Ordering::Relaxed);
+        }
+        row.len().min(scratch.len())
     }
 
     fn row(&self, i: usize) -> &[AtomicU64] {
