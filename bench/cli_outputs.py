@@ -123,7 +123,14 @@ def cases(p, bins):
         ("check-missing", ["check", f"{p}/nonexistent.prof"]),
         ("check-garbage", ["check", f"{bins}/callgraph"]),
         ("bad-regex", ["top", "--focus", "(", cg]),
+        ("no-args", []),
+        ("help", ["--help"]),
+        ("version", ["--version"]),
     ]
+    commands = ["record", "top", "peek", "diff", "list", "advise", "report", "collapse",
+                "flamegraph", "convert", "merge", "db", "history", "dump", "check"]
+    out += [(f"help-{c}", [c, "--help"]) for c in commands]
+    out += [(f"usage-{c}", [c]) for c in commands]
     return out
 
 
@@ -158,13 +165,20 @@ def main():
         p, bins = make_profiles(os.path.abspath(a.lib), work)
         timings = {}
         results = {}
-        for label, cli in [("old", a.old), ("new", a.new)]:
+        # The old CLI twice: an output that differs between two runs of one build is unstable
+        # (reported as such), not a difference between the builds.
+        for label, cli in [("old", a.old), ("again", a.old), ("new", a.new)]:
             start = time.monotonic()
             results[label] = run_all(os.path.abspath(cli), p, bins, os.path.join(work, label))
             timings[label] = time.monotonic() - start
         differ = 0
+        unstable = 0
         for name in results["old"]:
             old, new = results["old"][name], results["new"][name]
+            if old != results["again"][name]:
+                unstable += 1
+                print(f"UNSTABLE {name}: two runs of the old CLI differ")
+                continue
             parts = ["status", "stdout", "stderr"]
             for part, x, y in zip(parts, old[:3], new[:3]):
                 if x != y:
@@ -175,7 +189,7 @@ def main():
                     differ += 1
                     print(f"DIFFERS {name} file {f}")
         total = len(results["old"])
-        print(f"{total} cases, {differ} differences; old {timings['old']:.1f} s, "
+        print(f"{total} cases, {differ} differences, {unstable} unstable; old {timings['old']:.1f} s, "
               f"new {timings['new']:.1f} s; work directory {work}")
         return 1 if differ else 0
     finally:

@@ -6,11 +6,11 @@
 //! per-function sums, which [`Functions::read`] adds up record by record, keeping nothing
 //! else; the other reports need the chains, which [`Stacks::read`] keeps once each, identical
 //! chains summed through a fast hash. A record costs no allocation. The `--focus/--ignore/
-//! --hide/--show` filters apply to each chain before it is summed (see [`crate::filters`]).
+//! --hide/--show` filters apply to each chain before it is summed (see [`crate::model::filters`]).
 
-use crate::filters::{Filtering, Filters};
-use crate::progress::Progress;
-use crate::symbolize::{Locator, Symbolizer};
+use crate::model::filters::{Filtering, Filters};
+use crate::render::progress::Progress;
+use crate::symbols::{Locator, Symbolizer};
 use cpuprof::format::{scan, FastHash, Maps, Profile, ReadContext, Scan, StateKind};
 use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasher;

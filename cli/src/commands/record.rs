@@ -8,8 +8,9 @@
 //! symlink leads to), the others by `argv[0]`, and the processes of one executable are merged
 //! into one report, split by their Chromium-style `--type=`.
 
-use crate::stacks::Stacks;
-use crate::symbolize::Locator;
+use crate::model::stacks::Stacks;
+use crate::symbols::file_name;
+use crate::symbols::Locator;
 use cpuprof::format::Profile;
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
@@ -50,7 +51,7 @@ pub struct Outcome {
 }
 
 /// Runs `command` with the profiler preloaded, writing `output`.
-pub fn run(command: &[String], output: &Path, frequency: Option<u32>) -> Result<Outcome, String> {
+fn run(command: &[String], output: &Path, frequency: Option<u32>) -> Result<Outcome, String> {
     let library = find_library()?;
     let preload = match std::env::var("LD_PRELOAD") {
         Ok(existing) if !existing.is_empty() => format!("{} {existing}", library.display()),
@@ -222,7 +223,7 @@ pub fn summarise(files: &[(PathBuf, u32)], command: &[String], count: usize, mer
             ..Locator::default()
         };
         let Ok(bytes) = std::fs::read(path) else { continue };
-        match crate::cut_short::read(path, &bytes, &locator) {
+        match crate::input::raw::read(path, &bytes, &locator) {
             Ok(profile) => {
                 let program = executable(&profile).map(|e| (e.path.clone(), e.inode));
                 let given = (i == 0).then_some(command[0].as_str());
@@ -439,10 +440,6 @@ fn labels(written: &[Written], groups: &[Vec<usize>]) -> Vec<String> {
 }
 
 /// The last component of a path (all of it without a `/`).
-fn file_name(path: &str) -> &str {
-    path.rsplit('/').next().unwrap_or(path)
-}
-
 /// `text` cut to `max` characters, an ellipsis marking the cut.
 fn abbreviate(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {
@@ -463,7 +460,7 @@ fn report_group(written: &[Written], group: &[usize], name: &str, count: usize, 
             .iter()
             .map(|&i| (written[i].path.display().to_string(), written[i].profile.clone()))
             .collect();
-        match crate::merge::merge(&named)
+        match crate::model::merge::merge(&named)
             .and_then(|(bytes, _)| Profile::parse(&bytes).map(|p| (p, bytes)).map_err(|e| e.to_string()))
         {
             Ok(merged) => {
@@ -492,7 +489,7 @@ fn report_group(written: &[Written], group: &[usize], name: &str, count: usize, 
         eprintln!("\ncpuprof: {name}, pid {} ({}):", first.pid, first.path.display());
     }
     let stacks = Stacks::symbolise(&profile, &Locator::default());
-    eprint!("{}", crate::report::top(&stacks.functions(), false, count));
+    eprint!("{}", crate::render::text::top(&stacks.functions(), false, count));
     if html {
         let title = if group.len() == 1 {
             format!("{name}, pid {} ({})", first.pid, first.path.display())
@@ -506,15 +503,15 @@ fn report_group(written: &[Written], group: &[usize], name: &str, count: usize, 
 /// The report's page beside `profile` (the first of a merged group); a failure is reported,
 /// the text report stands.
 fn write_page(profile: &Path, bytes: &[u8], title: String) {
-    let (locator, filters) = (Locator::default(), crate::filters::Filters::default());
-    let opts = crate::html::Options {
+    let (locator, filters) = (Locator::default(), crate::model::filters::Filters::default());
+    let opts = crate::render::html::Options {
         locator: &locator,
         filters: &filters,
-        tick_us: crate::local_tick_us(),
+        tick_us: crate::analysis::local_tick_us(),
         title,
     };
-    let output = crate::html::beside(profile);
-    let written = crate::html::page(profile, bytes, &crate::html::Baseline::None, &opts)
+    let output = crate::render::html::beside(profile);
+    let written = crate::render::html::page(profile, bytes, &crate::render::html::Baseline::None, &opts)
         .and_then(|page| std::fs::write(&output, page).map_err(|e| format!("cannot write {}: {e}", output.display())));
     match written {
         Ok(()) => eprintln!("cpuprof: wrote {}", output.display()),
@@ -531,6 +528,23 @@ fn resolve(program: &str) -> Option<PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH")?)
         .map(|dir| dir.join(program))
         .find(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.mode() & 0o111 != 0))
+}
+
+/// `cpuprof record`: runs the program with the library preloaded, then reports what it wrote.
+pub fn record(a: crate::args::RecordArgs) -> Result<u8, String> {
+    let before = Before::snapshot(&a.output);
+    let outcome = run(&a.command, &a.output, a.frequency)?;
+    if let Some(sig) = outcome.killed_by {
+        eprintln!("cpuprof: the program was killed by signal {sig}; its profile ends where it was killed");
+    }
+    summarise(
+        &before.written(&a.output, outcome.pid),
+        &a.command,
+        a.count,
+        a.merge,
+        a.html,
+    );
+    Ok(outcome.code)
 }
 
 #[cfg(test)]

@@ -13,11 +13,11 @@
 //! readers do, but only the frames of matching functions are kept, with counts per line and
 //! per address of those functions alone.
 
-use crate::filters::Filters;
-use crate::progress::Progress;
-use crate::report::percent;
-use crate::stacks::Counts;
-use crate::symbolize::{open_regular, Locator, Symbolizer};
+use crate::model::filters::Filters;
+use crate::model::stacks::Counts;
+use crate::render::progress::Progress;
+use crate::render::text::percent;
+use crate::symbols::{open_regular, Locator, Symbolizer};
 use cpuprof::format::{scan, FastHash, Maps, Scan};
 use regex::Regex;
 use std::collections::HashMap;
@@ -410,7 +410,7 @@ fn addresses(tally: &mut Tally, f: u32, out: &mut String) {
     rows.sort_unstable_by_key(|&(addr, _)| addr);
     for (addr, c) in rows {
         let (at, object) = match tally.symbolizer.svma(tally.maps, addr) {
-            Some((path, svma)) => (svma, crate::symbolize::file_name(&path).to_string()),
+            Some((path, svma)) => (svma, crate::symbols::file_name(&path).to_string()),
             None => (addr, "(in no object read)".to_string()),
         };
         let _ = writeln!(out, "{:>10} {:>10} {at:>12x}: {object}", count(c.flat), count(c.cum));
@@ -521,7 +521,7 @@ fn disassemble(symbolizer: &mut Symbolizer, code: &Code, out: &mut String) -> Co
             .and_then(|frames| frames.into_iter().next())
             .filter(|frame| frame.line > 0)
         {
-            let here = format!("{}:{}", crate::symbolize::file_name(&frame.file), frame.line);
+            let here = format!("{}:{}", crate::symbols::file_name(&frame.file), frame.line);
             if here != place {
                 let _ = writeln!(out, "{:>21} ; {here} ({})", "", frame.function);
                 place = here;

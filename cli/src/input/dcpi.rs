@@ -9,8 +9,8 @@
 //! start of the image's executable segment, so profiles of one binary line up across runs; for
 //! an image whose file cannot be read they are from its run-time mapping (`addresses runtime`).
 
-use crate::stacks::Stacks;
-use crate::symbolize::{file_name, Locator, Symbolizer};
+use crate::model::stacks::Stacks;
+use crate::symbols::{file_name, Locator, Symbolizer};
 use cpuprof::format::Profile;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;

@@ -5,7 +5,7 @@
 //! the whole tree; the script draws only the nodes wide enough to see. Each node costs the
 //! page three small integers (its name, samples and depth), plus one with a baseline.
 
-use crate::stacks::Stacks;
+use crate::model::stacks::Stacks;
 use std::collections::HashMap;
 use std::fmt::Write;
 

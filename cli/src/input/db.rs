@@ -7,11 +7,11 @@
 //!
 //! A database is read by people looking at history, so one bad file never stops a reading: a
 //! file that is not a profile, or whose name is not `<program>.<pid>.prof`, is reported on
-//! stderr and skipped; one cut short is read up to the cut (with [`crate::cut_short`]'s warning).
+//! stderr and skipped; one cut short is read up to the cut (with [`crate::input::raw`]'s warning).
 //! Processes of one program in one epoch are summed as `merge` sums them (addresses translated
 //! through each process's maps), and so are epochs when a range is read as one profile.
 
-use crate::symbolize::Locator;
+use crate::symbols::Locator;
 use cpuprof::format::database::{parse_epoch_name, parse_file_name, FileKind};
 use cpuprof::format::Profile;
 use std::collections::{BTreeMap, BTreeSet};
@@ -95,7 +95,7 @@ impl Database {
     /// Lists `dir`. Names that are neither epochs nor profiles are reported once and skipped.
     pub fn open(dir: &Path) -> Result<Database, String> {
         let mut entries = Vec::new();
-        for epoch_dir in sorted(dir)? {
+        for epoch_dir in crate::input::sorted_entries(dir)? {
             let Some(epoch) = name_of(&epoch_dir) else { continue };
             if epoch.starts_with('.') {
                 continue;
@@ -107,7 +107,7 @@ impl Database {
                 );
                 continue;
             };
-            let files = match sorted(&epoch_dir) {
+            let files = match crate::input::sorted_entries(&epoch_dir) {
                 Ok(files) => files,
                 Err(e) => {
                     eprintln!("cpuprof: skipping epoch {epoch}: {e}");
@@ -143,7 +143,7 @@ impl Database {
     /// Whether `dir` looks like a database (has an epoch directory) rather than a directory of
     /// profiles.
     pub fn is_database(dir: &Path) -> bool {
-        sorted(dir)
+        crate::input::sorted_entries(dir)
             .map(|children| {
                 children
                     .iter()
@@ -208,20 +208,13 @@ fn name_of(path: &Path) -> Option<String> {
     Some(path.file_name()?.to_str()?.to_string())
 }
 
-fn sorted(dir: &Path) -> Result<Vec<PathBuf>, String> {
-    let entries = std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
-    let mut paths: Vec<PathBuf> = entries.filter_map(|e| Some(e.ok()?.path())).collect();
-    paths.sort();
-    Ok(paths)
-}
-
 /// The profiles of `entries` that can be read; the others are reported and skipped.
 pub fn read_all(entries: &[Entry], locator: &Locator) -> Vec<(String, Profile)> {
     let mut out = Vec::new();
     for e in entries {
         let read = std::fs::read(&e.path)
             .map_err(|err| format!("cannot read {}: {err}", e.path.display()))
-            .and_then(|bytes| crate::cut_short::read(&e.path, &bytes, locator));
+            .and_then(|bytes| crate::input::raw::read(&e.path, &bytes, locator));
         match read {
             Ok(profile) => out.push((e.path.display().to_string(), profile)),
             Err(err) => eprintln!("cpuprof: skipping {err}"),
@@ -237,7 +230,7 @@ pub fn merged(entries: &[Entry], locator: &Locator) -> Result<Option<Vec<u8>>, S
     if profiles.is_empty() {
         return Ok(None);
     }
-    Ok(Some(crate::merge::merge(&profiles)?.0))
+    Ok(Some(crate::model::merge::merge(&profiles)?.0))
 }
 
 /// The whole selection as one raw profile, and a name for it in messages.

@@ -6,8 +6,8 @@
 //! `main;rec;rec;c` rec has one caller (main) and one callee (c). Shares of edges are of the
 //! function's cumulative samples; the function's own are of the profile's total.
 
-use crate::report::percent;
-use crate::stacks::{Counts, Stacks};
+use crate::model::stacks::{Counts, Stacks};
+use crate::render::text::percent;
 use regex::Regex;
 use std::collections::HashMap;
 use std::fmt::Write;

@@ -1,6 +1,6 @@
 //! Reports over a symbolised profile: top, flame graph, dump.
 
-use crate::stacks::{Functions, Stacks};
+use crate::model::stacks::{Functions, Stacks};
 use cpuprof::format::Profile;
 use std::fmt::Write;
 use std::path::Path;

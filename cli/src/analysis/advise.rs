@@ -13,10 +13,10 @@
 //! for a family the samples in it. Families may overlap (`free` calling `munmap` is both
 //! allocation and a system call), so stakes are not summed.
 
-use crate::diff::{self, Report, Row};
-use crate::json::{num, string};
-use crate::stacks::{Counts, Stacks};
-use crate::symbolize::{file_name, Locator, Symbolizer};
+use crate::analysis::diff::{self, Report, Row};
+use crate::model::stacks::{Counts, Stacks};
+use crate::render::json::{num, string};
+use crate::symbols::{file_name, Locator, Symbolizer};
 use cpuprof::format::{FastHash, Maps, Profile};
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -720,7 +720,7 @@ fn grew(row: &Row) -> bool {
 
 /// Line `line` of `file`, trimmed, if the file is at hand: shows what the line is.
 fn source_line(file: &str, line: u64) -> Option<String> {
-    let (f, _, _) = crate::symbolize::open_regular(std::path::Path::new(file)).ok()?;
+    let (f, _, _) = crate::symbols::open_regular(std::path::Path::new(file)).ok()?;
     // A source file beyond 64 MiB is not source.
     let mut text = String::new();
     std::io::Read::read_to_string(&mut std::io::Read::take(f, 64 << 20), &mut text).ok()?;
@@ -743,7 +743,7 @@ pub fn diff_options() -> diff::Options {
 }
 
 fn pct(n: u64, total: u64) -> f64 {
-    crate::report::percent(n, total)
+    crate::render::text::percent(n, total)
 }
 
 impl Advice<'_> {

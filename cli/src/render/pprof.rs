@@ -1,9 +1,9 @@
 //! `convert --to pprof`: the profile as gzipped pprof protobuf, symbolised here (functions,
 //! files, lines, inlined frames) so readers need no access to the binaries.
 
-use crate::filters::Filters;
-use crate::progress::Progress;
-use crate::symbolize::{BuildIds, Locator, Symbolizer};
+use crate::model::filters::Filters;
+use crate::render::progress::Progress;
+use crate::symbols::{BuildIds, Locator, Symbolizer};
 use cpuprof::format::pprof::Pprof;
 use cpuprof::format::Profile;
 use flate2::write::GzEncoder;
@@ -11,7 +11,7 @@ use std::collections::HashSet;
 use std::io::Write;
 use std::path::Path;
 
-/// `profile` (already filtered by [`crate::filters::profile`]) with the inlined frames that
+/// `profile` (already filtered by [`crate::model::filters::profile`]) with the inlined frames that
 /// `filters` hide left out.
 pub fn encode(profile: &Profile, locator: &Locator, filters: &Filters) -> Pprof {
     let mut symbolizer = Symbolizer::new(locator.clone(), &profile.maps);

@@ -10,7 +10,7 @@
 //! the return addresses that follow a direct call in the executable all agree on one load
 //! address, which a wrong binary or a wrong guess do not (see [`place`]).
 
-use crate::symbolize::{open_regular, Locator};
+use crate::symbols::{open_regular, Locator};
 use cpuprof::format::{scan, MapEntry, Maps, ParseError, ParseErrorKind, Profile, Scan};
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 use std::collections::{HashMap, HashSet};

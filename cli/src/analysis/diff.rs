@@ -28,7 +28,7 @@
 //! A change that is large but not significant is shown with its interval and with how many
 //! times the samples would make it significant if it is real: never a bare "no change".
 
-use crate::stacks::Stacks;
+use crate::model::stacks::Stacks;
 use cpuprof::format::SignalWeights;
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write;

@@ -16,7 +16,7 @@
 //! not its code (`.text` is NOBITS), so the caller keeps taking segments from the object and
 //! only symbols and DWARF from the file found here.
 
-use crate::symbolize::{open_regular, read_opened};
+use crate::symbols::{open_regular, read_opened};
 use cpuprof::format::build_id::hex;
 use object::{Object, ObjectSection};
 use std::io::Read;

@@ -19,8 +19,8 @@
 //! After a change, the next epochs' baselines mix both versions: their spread grows and the
 //! change stops being flagged once the window holds enough of the new version to make it usual.
 
-use crate::diff::{self, Options, Summary};
-use crate::stacks::Stacks;
+use crate::analysis::diff::{self, Options, Summary};
+use crate::model::stacks::Stacks;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
@@ -99,7 +99,7 @@ pub fn history(epochs: &[Epoch], opts: Options, window: usize, count: usize, tic
                 .into_iter()
                 .map(|(name, c)| {
                     let n = if opts.cumulative { c.cum } else { c.flat };
-                    (name.to_string(), crate::report::percent(n, total))
+                    (name.to_string(), crate::render::text::percent(n, total))
                 })
                 .collect()
         })

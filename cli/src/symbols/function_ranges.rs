@@ -127,7 +127,7 @@ impl LazyFunctionRanges {
 
     pub fn get(&self) -> &FunctionRanges {
         self.ranges.get_or_init(|| {
-            let Ok((file, size, _)) = crate::symbolize::open_regular(&self.path) else {
+            let Ok((file, size, _)) = crate::symbols::open_regular(&self.path) else {
                 return FunctionRanges::default();
             };
             let mut data = Vec::new();

@@ -15,13 +15,13 @@
 mod listing;
 mod tree;
 
-use crate::advise::{self, Advice, Hint};
-use crate::diff::{self, Report};
-use crate::filters::Filters;
-use crate::history::{self, Epoch};
-use crate::json;
-use crate::stacks::Stacks;
-use crate::symbolize::Locator;
+use crate::analysis::advise::{self, Advice, Hint};
+use crate::analysis::diff::{self, Report};
+use crate::analysis::history::{self, Epoch};
+use crate::model::filters::Filters;
+use crate::model::stacks::Stacks;
+use crate::render::json;
+use crate::symbols::Locator;
 use cpuprof::format::Profile;
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write;
@@ -42,7 +42,7 @@ pub enum Baseline {
     /// An earlier profile (`--base`).
     Profile(PathBuf),
     /// A directory of earlier profiles or a profile database (`--history`).
-    History(PathBuf, crate::db::Selection),
+    History(PathBuf, crate::input::db::Selection),
 }
 
 /// How the page is made.
@@ -57,9 +57,9 @@ pub struct Options<'a> {
 /// The page for the raw profile `bytes` read from `file`.
 pub fn page(file: &Path, bytes: &[u8], baseline: &Baseline, opts: &Options) -> Result<String, String> {
     let (locator, filters) = (opts.locator, opts.filters);
-    let mut profile = crate::cut_short::read(file, bytes, locator)?;
+    let mut profile = crate::input::raw::read(file, bytes, locator)?;
     if filters.active() {
-        profile = crate::filters::profile(&profile, locator, filters);
+        profile = crate::model::filters::profile(&profile, locator, filters);
     }
     let analysis = advise::Analysis::new(&profile, locator);
     let stacks = &analysis.stacks;
@@ -75,9 +75,9 @@ pub fn page(file: &Path, bytes: &[u8], baseline: &Baseline, opts: &Options) -> R
     match baseline {
         Baseline::None => {}
         Baseline::Profile(base) => {
-            let mut base_profile = crate::read_profile(base, locator)?;
+            let mut base_profile = crate::input::read_profile(base, locator)?;
             if filters.active() {
-                base_profile = crate::filters::profile(&base_profile, locator, filters);
+                base_profile = crate::model::filters::profile(&base_profile, locator, filters);
             }
             let base_stacks = Stacks::symbolise(&base_profile, locator);
             base_total = base_stacks.total();
@@ -137,7 +137,7 @@ pub fn page(file: &Path, bytes: &[u8], baseline: &Baseline, opts: &Options) -> R
 
     // Listings: the hottest functions by self time, and those the hints point at.
     let functions = stacks.functions();
-    let mut by_flat: Vec<&(String, crate::stacks::Counts)> =
+    let mut by_flat: Vec<&(String, crate::model::stacks::Counts)> =
         functions.counts.iter().filter(|(_, c)| c.flat > 0).collect();
     by_flat.sort_by(|a, b| b.1.flat.cmp(&a.1.flat).then(a.0.cmp(&b.0)));
     let mut listed: Vec<String> = by_flat.iter().take(LISTED).map(|(n, _)| n.clone()).collect();
@@ -287,7 +287,7 @@ at the top, what called it below (each stack counted once, however often the fun
 /// `--program`, or of `file`'s name), or each profile of a directory in name order.
 fn history_epochs(
     dir: &Path,
-    selection: &crate::db::Selection,
+    selection: &crate::input::db::Selection,
     file: &Path,
     locator: &Locator,
     filters: &Filters,
@@ -296,7 +296,7 @@ fn history_epochs(
     let epoch = |name: String, processes: usize, profile: &Profile| {
         let filtered;
         let profile = if filters.active() {
-            filtered = crate::filters::profile(profile, locator, filters);
+            filtered = crate::model::filters::profile(profile, locator, filters);
             &filtered
         } else {
             profile
@@ -309,32 +309,15 @@ fn history_epochs(
             weights: profile.maps.signal_weights,
         }
     };
-    if !crate::db::Database::is_database(dir) {
-        return crate::read_history(dir, &|path: &Path| {
-            let name = crate::symbolize::file_name(&path.display().to_string()).to_string();
-            Ok(epoch(name, 1, &crate::read_profile(path, locator)?))
+    if !crate::input::db::Database::is_database(dir) {
+        return crate::input::read_history(dir, &|path: &Path| {
+            let name = crate::symbols::file_name(&path.display().to_string()).to_string();
+            Ok(epoch(name, 1, &crate::input::read_profile(path, locator)?))
         });
     }
-    let database = crate::db::Database::open(dir)?;
-    let (program, selected) = database.select(&crate::program_of(&database, selection, file))?;
-    let mut epochs = Vec::new();
-    for (name, entries) in &selected {
-        match crate::db::merged(entries, locator)? {
-            Some(bytes) => {
-                let profile = Profile::parse(&bytes).map_err(|e| format!("{name}: merged profile: {e}"))?;
-                epochs.push(epoch(name.clone(), entries.len(), &profile));
-            }
-            None => eprintln!("cpuprof: epoch {name}: no readable profile of {program}; left out"),
-        }
-    }
-    if epochs.len() < 2 {
-        return Err(format!(
-            "{}: a history needs at least two epochs of {program}, found {}",
-            dir.display(),
-            epochs.len()
-        ));
-    }
-    Ok(epochs)
+    crate::input::epochs::history(dir, selection, file, locator, &|name, processes, profile| {
+        epoch(name.to_string(), processes, profile)
+    })
 }
 
 fn trend_section(epochs: &[Epoch], tick_us: u64) -> String {
@@ -520,11 +503,18 @@ fn listings(
     if functions.is_empty() {
         return Vec::new();
     }
-    let Ok(outline) = crate::cut_short::outline(file, bytes, locator) else {
+    let Ok(outline) = crate::input::raw::outline(file, bytes, locator) else {
         return Vec::new();
     };
     let regex = regex::Regex::new(&alternation(functions)).expect("escaped names");
-    match crate::list::list(bytes, &outline, locator, &regex, &crate::list::Args::default(), filters) {
+    match crate::analysis::list::list(
+        bytes,
+        &outline,
+        locator,
+        &regex,
+        &crate::analysis::list::Args::default(),
+        filters,
+    ) {
         Ok(text) => listing::routines(&text, functions),
         Err(_) => Vec::new(),
     }

@@ -15,7 +15,7 @@
 //! out once, the first time its id is met, so a filtered read stays one pass with no
 //! allocation per record, and an unfiltered one pays one branch per record.
 
-use crate::symbolize::{Locator, Symbolizer};
+use crate::symbols::{Locator, Symbolizer};
 use clap::Args;
 use cpuprof::format::{Profile, Sample};
 use regex::Regex;

@@ -1,0 +1,95 @@
+//! The commands about profile files themselves: `merge`, `db`, `dump` and `check`.
+
+use crate::args::{CheckArgs, DbArgs, DumpArgs, MergeArgs};
+use crate::input;
+use crate::model::merge as merging;
+use crate::render::progress::Progress;
+use crate::render::text;
+use crate::symbols::Locator;
+use cpuprof::format::Profile;
+
+pub fn merge(a: MergeArgs) -> Result<u8, String> {
+    let locator: Locator = a.symbols.into();
+    let mut profiles = Vec::new();
+    let mut progress = Progress::new("reading", a.files.len());
+    for (i, f) in a.files.iter().enumerate() {
+        progress.update(i);
+        profiles.push((f.display().to_string(), input::read_profile(f, &locator)?));
+    }
+    drop(progress);
+    let (bytes, total) = merging::merge(&profiles)?;
+    std::fs::write(&a.output, bytes).map_err(|e| format!("cannot write {}: {e}", a.output.display()))?;
+    eprintln!(
+        "wrote {}: {} profiles, {total} samples",
+        a.output.display(),
+        profiles.len()
+    );
+    Ok(0)
+}
+
+pub fn db(a: DbArgs) -> Result<u8, String> {
+    print!("{}", input::db::listing(&a.dir, &a.symbols.into())?);
+    Ok(0)
+}
+
+pub fn dump(a: DumpArgs) -> Result<u8, String> {
+    let bytes = input::read_bytes(&a.file)?;
+    let (profile, defect) = Profile::parse_lenient(&bytes).map_err(|e| format!("{}: {e}", a.file.display()))?;
+    print!("{}", text::dump(&profile));
+    match defect {
+        Some(e) => Err(format!("{}: {e}", a.file.display())),
+        None => Ok(0),
+    }
+}
+
+pub fn check(a: CheckArgs) -> Result<u8, String> {
+    let file = &a.file;
+    let bytes = input::read_bytes(file)?;
+    let profile = Profile::parse(&bytes).map_err(|e| {
+        // A cut-short file is still a defect here, but the other commands read it.
+        let readable = match Profile::parse_lenient(&bytes) {
+            Ok((p, _)) if p.records > 0 => format!(
+                "; top, collapse, convert, flamegraph, merge and diff read the {} records ({} samples) before it",
+                p.records,
+                p.total_samples()
+            ),
+            _ => String::new(),
+        };
+        format!("{}: {e}{readable}", file.display())
+    })?;
+    let contents = format!(
+        "{} profile, period {} us, {} records, {} distinct stacks, {} samples, {} mappings",
+        profile.format,
+        profile.period_us,
+        profile.records,
+        profile.samples.len(),
+        profile.total_samples(),
+        profile.maps.entries.len()
+    );
+    // A wall-clock profile whose sampler could not see most threads' state is readable but
+    // not what it claims to be: most of its blocked time is missing.
+    match &profile.maps.wall_looks {
+        Some(w) if w.missing > 0 => {
+            let missing = format!(
+                "{} of {} looks at threads ({:.1} %) are missing from this wall-clock profile, their \
+                 blocked time with them ({})",
+                w.missing,
+                w.looks,
+                100.0 * w.missing_share(),
+                w.reasons_text()
+            );
+            if 2 * w.missing > w.looks {
+                println!("{}: INCOMPLETE {contents}: {missing}", file.display());
+                Ok(1)
+            } else {
+                println!("{}: valid {contents}", file.display());
+                eprintln!("cpuprof: WARNING: {}: {missing}", file.display());
+                Ok(0)
+            }
+        }
+        _ => {
+            println!("{}: valid {contents}", file.display());
+            Ok(0)
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! The commands that read one profile and show it: `top`, `peek`, `list`, `collapse`,
+//! `flamegraph` and `convert`.
+
+use crate::analysis::{list as listing, peek as peeking};
+use crate::args::{CollapseArgs, ConvertArgs, FlamegraphArgs, ListArgs, PeekArgs, Target, TopArgs};
+use crate::input::{self, dcpi, epochs, raw};
+use crate::model::filters::{self, Filters};
+use crate::model::stacks::Functions;
+use crate::render::{pprof, text};
+use crate::symbols::Locator;
+use std::path::Path;
+
+pub fn top(a: TopArgs) -> Result<u8, String> {
+    let locator: Locator = a.symbols.into();
+    let functions = match &a.db.db {
+        Some(dir) => {
+            let (name, bytes) = input::db::merged_selection(dir, &a.db.selection, &locator)?;
+            let outline = raw::outline(&name, &bytes, &locator)?;
+            Functions::read(&bytes, &outline, &locator, &a.filters)
+        }
+        None => input::read_functions(&input::given(a.file)?, &locator, &a.filters)?,
+    };
+    print!("{}", text::top(&functions, a.cum, a.count));
+    Ok(0)
+}
+
+pub fn peek(a: PeekArgs) -> Result<u8, String> {
+    let stacks = input::read_stacks(&a.file, &a.symbols.into(), &a.filters)?;
+    print!("{}", peeking::peek(&stacks, &a.regex));
+    Ok(0)
+}
+
+pub fn list(a: ListArgs) -> Result<u8, String> {
+    let (locator, bytes) = (a.symbols.into(), input::read_bytes(&a.file)?);
+    let outline = raw::outline(&a.file, &bytes, &locator)?;
+    print!(
+        "{}",
+        listing::list(&bytes, &outline, &locator, &a.regex, &a.options, &a.filters)?
+    );
+    Ok(0)
+}
+
+pub fn collapse(a: CollapseArgs) -> Result<u8, String> {
+    let locator: Locator = a.symbols.into();
+    let (file, bytes) = input::file_or_db(a.file, a.db.db.as_deref(), &a.db.selection, &locator)?;
+    let stacks = input::raw_stacks(&file, &bytes, &locator, &a.filters)?;
+    let mut folded = stacks.folded().join("\n");
+    folded.push('\n');
+    match a.output {
+        Some(path) => std::fs::write(&path, folded).map_err(|e| format!("cannot write {}: {e}", path.display()))?,
+        None => print!("{folded}"),
+    }
+    Ok(0)
+}
+
+pub fn flamegraph(a: FlamegraphArgs) -> Result<u8, String> {
+    let locator: Locator = a.symbols.into();
+    let stacks = match &a.db.db {
+        Some(dir) => {
+            let (name, bytes) = input::db::merged_selection(dir, &a.db.selection, &locator)?;
+            input::raw_stacks(&name, &bytes, &locator, &a.filters)?
+        }
+        None => input::read_stacks(&input::given(a.file)?, &locator, &a.filters)?,
+    };
+    text::flamegraph(&stacks, &a.output)?;
+    eprintln!("wrote {}", a.output.display());
+    Ok(0)
+}
+
+pub fn convert(a: ConvertArgs) -> Result<u8, String> {
+    let locator: Locator = a.symbols.into();
+    if let (Some(dir), Target::Dcpi) = (&a.db.db, a.target) {
+        return db_to_dcpi(dir, &a.db.selection, &locator, &a.filters, &a.output);
+    }
+    let (file, bytes) = input::file_or_db(a.file, a.db.db.as_deref(), &a.db.selection, &locator)?;
+    let mut profile = raw::read(&file, &bytes, &locator)?;
+    if a.filters.active() {
+        profile = filters::profile(&profile, &locator, &a.filters);
+    }
+    match a.target {
+        Target::Pprof => pprof::write(&pprof::encode(&profile, &locator, &a.filters), &a.output)?,
+        Target::Dcpi => {
+            let taken = std::fs::metadata(&file)
+                .and_then(|m| m.modified())
+                .unwrap_or(std::time::SystemTime::now());
+            for path in dcpi::export(&profile, &locator, &a.output, taken)? {
+                eprintln!("wrote {}", path.display());
+            }
+        }
+    }
+    Ok(0)
+}
+
+/// DCPI's layout: one directory per epoch, named after it, one v0.07 profile per image.
+fn db_to_dcpi(
+    dir: &Path,
+    selection: &input::db::Selection,
+    locator: &Locator,
+    filters: &Filters,
+    output: &Path,
+) -> Result<u8, String> {
+    let database = input::db::Database::open(dir)?;
+    epochs::for_each(&database, selection, locator, &mut |name, _, mut profile| {
+        if filters.active() {
+            profile = filters::profile(&profile, locator, filters);
+        }
+        let start = cpuprof::format::database::parse_epoch_name(name).unwrap_or(std::time::UNIX_EPOCH);
+        for path in dcpi::export(&profile, locator, &output.join(name), start)? {
+            eprintln!("wrote {}", path.display());
+        }
+        Ok(())
+    })?;
+    Ok(0)
+}

@@ -1,0 +1,8 @@
+//! What users read: text tables, JSON, SVG flame graphs, pprof protobuf, DCPI files and the
+//! HTML report, plus the progress line long reads draw on a terminal.
+
+pub mod html;
+pub mod json;
+pub mod pprof;
+pub mod progress;
+pub mod text;
