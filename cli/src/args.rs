@@ -1,7 +1,7 @@
 //! The command line: what each command takes, as clap reads it. Parsing only; what a
 //! command does is in `commands`.
 
-use crate::analysis::{diff, list};
+use crate::analysis::{gates, list};
 use crate::commands::record;
 use crate::input::db;
 use crate::model::filters::{self, Filters};
@@ -96,7 +96,7 @@ pub struct DiffCriteria {
     /// grew by `total=PERCENT%` (a plain threshold: set it above the run-to-run noise).
     /// Repeatable; any condition met fails.
     #[arg(long, value_name = "CONDITION")]
-    pub fail_on: Vec<diff::Gate>,
+    pub fail_on: Vec<gates::Gate>,
 }
 
 fn probability(text: &str) -> Result<f64, String> {

@@ -28,11 +28,10 @@
 //! A change that is large but not significant is shown with its interval and with how many
 //! times the samples would make it significant if it is real: never a bare "no change".
 
+use super::stats::{normal_quantile, ratio, t_quantile, two_sided_normal, two_sided_t, wilson};
 use crate::model::stacks::Stacks;
 use cpuprof::format::SignalWeights;
 use std::collections::{BTreeSet, HashMap};
-use std::fmt::Write;
-use std::str::FromStr;
 
 /// How `diff` reads and judges profiles.
 #[derive(Clone, Copy, Debug)]
@@ -192,7 +191,7 @@ pub struct Report {
     pub base_seconds: f64,
     pub new_seconds: f64,
     /// The baseline's samples and CPU seconds (not per unit), to say what would settle a change.
-    base_run: (u64, f64),
+    pub base_run: (u64, f64),
     /// Effects tested, and how many of them could be significant (Tarone).
     pub tested: usize,
     pub testable: usize,
@@ -200,6 +199,22 @@ pub struct Report {
     pub z_needed: f64,
     pub per_unit: bool,
     pub history: bool,
+}
+
+impl Report {
+    pub fn significant(&self) -> impl Iterator<Item = &Row> {
+        self.rows.iter().filter(|r| r.share.significant || r.time.significant)
+    }
+
+    /// The growth of the total CPU time in percent; `None` (unbounded) from an empty baseline to
+    /// a profile with samples.
+    pub fn total_growth(&self) -> Option<f64> {
+        match (self.base_seconds > 0.0, self.new_seconds > 0.0) {
+            (true, _) => Some(100.0 * (self.new_seconds / self.base_seconds - 1.0)),
+            (false, true) => None,
+            (false, false) => Some(0.0),
+        }
+    }
 }
 
 /// The changes from `base` to `new`.
@@ -442,366 +457,10 @@ fn finish(
     }
 }
 
-impl Report {
-    pub fn significant(&self) -> impl Iterator<Item = &Row> {
-        self.rows.iter().filter(|r| r.share.significant || r.time.significant)
-    }
-
-    /// The report: the significant rows and the largest other changes, each with its intervals.
-    pub fn render(&self, opts: Options) -> String {
-        let mut out = format!("{}\n", self.header);
-        let level = 100.0 * opts.confidence;
-        let what = if opts.cumulative { "cumulative" } else { "flat (self)" };
-        let time_what = if self.per_unit {
-            "CPU time per unit of work"
-        } else {
-            "CPU time per run"
-        };
-        let tested = if self.history {
-            "share and time changes"
-        } else {
-            "share changes"
-        };
-        let _ = writeln!(
-            out,
-            "{what} share in % and {time_what}; changes with {level}% intervals; * significant at {} \
-             family-wise (Holm over the {} of {} {tested} that could be)",
-            opts.alpha, self.testable, self.tested
-        );
-        let scale = self
-            .rows
-            .iter()
-            .map(|r| r.time.before.abs().max(r.time.after.abs()))
-            .fold(self.base_seconds, f64::max);
-        let (unit, factor) = time_unit(scale);
-        let before = if self.history { "usual" } else { "before" };
-        let _ = writeln!(
-            out,
-            "{before:>7} {:>7} {:>24}  {before:>8} {:>8} {:>27}  {:>7}  function",
-            "now",
-            "change [interval] pts",
-            "now",
-            format!("change [interval] {unit}"),
-            "settle"
-        );
-        let shown = self.significant().count() + opts.rows;
-        for r in self.rows.iter().take(shown) {
-            let mark = |e: &Effect| if e.significant { '*' } else { ' ' };
-            let t = |v: f64| v * factor;
-            let settle = match r.settle {
-                Some(k) if k > 1000.0 => ">1000x".to_string(),
-                Some(k) if k > 1.0 => format!("{k:.1}x"),
-                _ => "-".to_string(),
-            };
-            let _ = writeln!(
-                out,
-                "{:>6.1}% {:>6.1}% {:>+7.1} [{:>+6.1}, {:>+6.1}]{}  {:>8.3} {:>8.3} {:>+8.3} [{:>+7.3}, {:>+7.3}]{}  {settle:>7}  {}",
-                r.share.before,
-                r.share.after,
-                r.share.change(),
-                r.share.low,
-                r.share.high,
-                mark(&r.share),
-                t(r.time.before),
-                t(r.time.after),
-                t(r.time.change()),
-                t(r.time.low),
-                t(r.time.high),
-                mark(&r.time),
-                r.function
-            );
-        }
-        let marked: Vec<String> = self
-            .significant()
-            .map(|r| {
-                let grew = if r.share.significant {
-                    r.share.change()
-                } else {
-                    r.time.change()
-                } > 0.0;
-                format!("{} {}", r.function, if grew { "grew" } else { "shrank" })
-            })
-            .collect();
-        if marked.is_empty() {
-            let _ = writeln!(
-                out,
-                "nothing is significant at {} family-wise; the largest changes are above, with their intervals.",
-                opts.alpha
-            );
-        } else {
-            let _ = writeln!(out, "significant: {}", marked.join(", "));
-        }
-        if let Some(r) = self.rows.iter().find(|r| r.settle.is_some_and(|k| k > 1.0)) {
-            let _ = writeln!(
-                out,
-                "settle: how many times the samples (in both runs) would make a change of this size significant \
-                 (|z| {:.1}), if it is real: {} needs {:.1}x, ~{:.0} samples per run ({:.1} s of CPU at this \
-                 frequency; faster than the kernel tick adds no observations, longer runs do).",
-                self.z_needed,
-                r.function,
-                r.settle.unwrap_or(1.0),
-                r.settle.unwrap_or(1.0) * self.base_run.0 as f64,
-                r.settle.unwrap_or(1.0) * self.base_run.1,
-            );
-        }
-        if self.history {
-            out.push_str("history: a change is judged against the runs' spread beyond their sampling error.\n");
-        } else {
-            let _ = writeln!(
-                out,
-                "time: the totals were {:.3} s and {:.3} s ({}); time intervals are sampling error only, \
-                 the totals' run-to-run noise needs repeated runs (--history).",
-                self.base_seconds,
-                self.new_seconds,
-                self.total_growth()
-                    .map_or("from nothing".to_string(), |g| format!("{g:+.1}%"))
-            );
-        }
-        out
-    }
-}
-
-/// The unit the time columns are printed in, for values up to `scale` seconds.
-fn time_unit(scale: f64) -> (&'static str, f64) {
-    if scale >= 1.0 {
-        ("s", 1.0)
-    } else if scale >= 1e-3 {
-        ("ms", 1e3)
-    } else {
-        ("us", 1e6)
-    }
-}
-
-/// A `--fail-on` condition. Every condition on a function needs a significant change (of its
-/// share, or against a history of its time too): noise never fails a build, whatever its size.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Gate {
-    /// Any function grew significantly (share or time).
-    Significant,
-    /// A function's share grew by at least this many percentage points.
-    Share(f64),
-    /// A function's time grew by at least this percentage of the baseline's total time.
-    Growth(f64),
-    /// A function's time grew by at least this many seconds (per unit with `--units`).
-    Seconds(f64),
-    /// The run's total CPU time grew by at least this percentage. Two runs cannot tell this
-    /// from the machine's noise: a plain threshold, to be set above the run-to-run variation.
-    Total(f64),
-}
-
-impl std::fmt::Display for Gate {
-    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        match self {
-            Gate::Significant => write!(f, "significant"),
-            Gate::Share(points) => write!(f, "share={points}"),
-            Gate::Growth(percent) => write!(f, "growth={percent}%"),
-            Gate::Seconds(seconds) => write!(f, "growth={seconds}s"),
-            Gate::Total(percent) => write!(f, "total={percent}%"),
-        }
-    }
-}
-
-impl FromStr for Gate {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Gate, String> {
-        let number = |v: &str| -> Result<f64, String> {
-            v.trim()
-                .parse::<f64>()
-                .ok()
-                .filter(|n| n.is_finite() && *n >= 0.0)
-                .ok_or_else(|| format!("`{text}`: `{v}` is not a non-negative number"))
-        };
-        match text.split_once('=') {
-            None if text == "significant" => Ok(Gate::Significant),
-            Some(("share", v)) => number(v.trim_end_matches('%')).map(Gate::Share),
-            Some(("total", v)) => match v.strip_suffix('%') {
-                Some(p) => number(p).map(Gate::Total),
-                None => Err(format!("`{text}`: give the total's growth in %")),
-            },
-            Some(("growth", v)) => {
-                if let Some(p) = v.strip_suffix('%') {
-                    number(p).map(Gate::Growth)
-                } else if let Some(us) = v.strip_suffix("us") {
-                    number(us).map(|n| Gate::Seconds(n / 1e6))
-                } else if let Some(ms) = v.strip_suffix("ms") {
-                    number(ms).map(|n| Gate::Seconds(n / 1e3))
-                } else if let Some(s) = v.strip_suffix('s') {
-                    number(s).map(Gate::Seconds)
-                } else {
-                    Err(format!(
-                        "`{text}`: give growth in % of the total time, or in s, ms or us"
-                    ))
-                }
-            }
-            _ => Err(format!(
-                "`{text}`: expected significant, share=POINTS, growth=PERCENT%, growth=SECONDS(s|ms|us) or total=PERCENT%"
-            )),
-        }
-    }
-}
-
-impl Report {
-    /// The conditions that fail, one line each naming the function and its change.
-    /// The growth of the total CPU time in percent; `None` (unbounded) from an empty baseline to
-    /// a profile with samples.
-    fn total_growth(&self) -> Option<f64> {
-        match (self.base_seconds > 0.0, self.new_seconds > 0.0) {
-            (true, _) => Some(100.0 * (self.new_seconds / self.base_seconds - 1.0)),
-            (false, true) => None,
-            (false, false) => Some(0.0),
-        }
-    }
-
-    pub fn failures(&self, gates: &[Gate]) -> Vec<String> {
-        let mut out = Vec::new();
-        for gate in gates {
-            if matches!(gate, Gate::Total(percent) if self.total_growth().is_none_or(|g| g >= *percent)) {
-                out.push(format!(
-                    "{gate}: the total CPU time grew from {:.3} s to {:.3} s",
-                    self.base_seconds, self.new_seconds
-                ));
-            }
-            for r in &self.rows {
-                let share_grew = r.share.significant && r.share.change() > 0.0;
-                let time_grew = r.time.significant && r.time.change() > 0.0;
-                let growth = 100.0 * r.time.change() / self.base_seconds.max(f64::MIN_POSITIVE);
-                let grew = share_grew || time_grew;
-                let failed = match gate {
-                    Gate::Significant => grew,
-                    Gate::Share(points) => share_grew && r.share.change() >= *points,
-                    Gate::Growth(percent) => grew && growth >= *percent,
-                    Gate::Seconds(seconds) => grew && r.time.change() >= *seconds,
-                    Gate::Total(_) => false,
-                };
-                if failed {
-                    out.push(format!(
-                        "{gate}: {} grew {:+.1} points of share, {:+.3} s ({:+.1}% of the baseline's time)",
-                        r.function,
-                        r.share.change(),
-                        r.time.change(),
-                        growth
-                    ));
-                }
-            }
-        }
-        out
-    }
-}
-
-fn ratio(x: f64, n: f64) -> f64 {
-    if n > 0.0 {
-        (x / n).clamp(0.0, 1.0)
-    } else {
-        0.0
-    }
-}
-
-/// Wilson's score interval for a proportion `p` of `n` observations, `z` standard errors wide.
-fn wilson(p: f64, n: f64, z: f64) -> (f64, f64) {
-    if n <= 0.0 {
-        return (0.0, 1.0);
-    }
-    let z2n = z * z / n;
-    let centre = (p + z2n / 2.0) / (1.0 + z2n);
-    let half = z / (1.0 + z2n) * (p * (1.0 - p) / n + z2n / (4.0 * n)).sqrt();
-    ((centre - half).max(0.0), (centre + half).min(1.0))
-}
-
-mod libm {
-    extern "C" {
-        pub fn erfc(x: f64) -> f64;
-        pub fn lgamma_r(x: f64, sign: *mut i32) -> f64;
-    }
-}
-
-/// P(|Z| >= |z|) for a standard normal Z.
-fn two_sided_normal(z: f64) -> f64 {
-    // SAFETY: a pure function of its argument (glibc's libm, which std links).
-    unsafe { libm::erfc(z.abs() / std::f64::consts::SQRT_2) }
-}
-
-/// P(|T| >= |t|) for Student's t with `df` degrees of freedom.
-fn two_sided_t(t: f64, df: f64) -> f64 {
-    incomplete_beta(df / (df + t * t), df / 2.0, 0.5)
-}
-
-/// The z with `two_sided_normal(z) == p`.
-fn normal_quantile(p: f64) -> f64 {
-    invert(two_sided_normal, p)
-}
-
-fn t_quantile(p: f64, df: f64) -> f64 {
-    invert(|t| two_sided_t(t, df), p)
-}
-
-/// The x >= 0 where the decreasing `tail` falls to `p`, by bisection.
-fn invert(tail: impl Fn(f64) -> f64, p: f64) -> f64 {
-    let (mut low, mut high) = (0.0, 1.0);
-    while tail(high) > p && high < 1e6 {
-        high *= 2.0;
-    }
-    for _ in 0..200 {
-        let mid = (low + high) / 2.0;
-        if tail(mid) > p {
-            low = mid;
-        } else {
-            high = mid;
-        }
-    }
-    (low + high) / 2.0
-}
-
-fn ln_gamma(x: f64) -> f64 {
-    let mut sign = 0;
-    // SAFETY: a pure function; the sign goes to a local instead of the global `signgam`.
-    unsafe { libm::lgamma_r(x, &mut sign) }
-}
-
-/// The regularised incomplete beta function I_x(a, b), by its continued fraction (evaluated with
-/// Lentz's method), on the side of the mean where it converges fast.
-fn incomplete_beta(x: f64, a: f64, b: f64) -> f64 {
-    if x <= 0.0 {
-        return 0.0;
-    }
-    if x >= 1.0 {
-        return 1.0;
-    }
-    let log_front = a * x.ln() + b * (1.0 - x).ln() + ln_gamma(a + b) - ln_gamma(a) - ln_gamma(b);
-    if x < (a + 1.0) / (a + b + 2.0) {
-        log_front.exp() * beta_fraction(x, a, b) / a
-    } else {
-        1.0 - log_front.exp() * beta_fraction(1.0 - x, b, a) / b
-    }
-}
-
-fn beta_fraction(x: f64, a: f64, b: f64) -> f64 {
-    const TINY: f64 = 1e-300;
-    let guard = |v: f64| if v.abs() < TINY { TINY } else { v };
-    let mut c = 1.0;
-    let mut d = 1.0 / guard(1.0 - (a + b) * x / (a + 1.0));
-    let mut h = d;
-    for m in 1..1000 {
-        let m = m as f64;
-        let even = m * (b - m) * x / ((a + 2.0 * m - 1.0) * (a + 2.0 * m));
-        d = 1.0 / guard(1.0 + even * d);
-        c = guard(1.0 + even / c);
-        h *= d * c;
-        let odd = -(a + m) * (a + b + m) * x / ((a + 2.0 * m) * (a + 2.0 * m + 1.0));
-        d = 1.0 / guard(1.0 + odd * d);
-        c = guard(1.0 + odd / c);
-        let step = d * c;
-        h *= step;
-        if (step - 1.0).abs() < 1e-15 {
-            break;
-        }
-    }
-    h
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::gates::Gate;
 
     fn summary(counts: &[(&str, u64)], period_us: u64) -> Summary {
         let mut stacks = Stacks::new(period_us);
@@ -821,20 +480,6 @@ mod tests {
 
     fn row<'a>(report: &'a Report, f: &str) -> &'a Row {
         report.rows.iter().find(|r| r.function == f).unwrap()
-    }
-
-    #[test]
-    fn the_distributions_match_known_values() {
-        assert!((two_sided_normal(1.959964) - 0.05).abs() < 1e-6);
-        assert!((two_sided_normal(4.0) - 6.334e-5).abs() < 1e-8);
-        assert!((normal_quantile(0.05) - 1.959964).abs() < 1e-5);
-        // t with 4 degrees of freedom: 2.776445 at 5 %; with 1 (Cauchy): P(|T| >= 1) = 1/2.
-        assert!((two_sided_t(2.776445, 4.0) - 0.05).abs() < 1e-6);
-        assert!((two_sided_t(1.0, 1.0) - 0.5).abs() < 1e-9);
-        assert!((t_quantile(0.05, 4.0) - 2.776445).abs() < 1e-5);
-        // Wilson for 0 of 10 at 95 %: [0, 0.2775].
-        let (low, high) = wilson(0.0, 10.0, 1.959964);
-        assert!(low == 0.0 && (high - 0.27753).abs() < 1e-4, "{high}");
     }
 
     #[test]
@@ -919,19 +564,6 @@ mod tests {
         let slower = compare(&new, &base, String::new(), false, OPTS);
         assert_eq!(slower.failures(&[Gate::Total(90.0)]).len(), 1, "twice as slow");
         assert!(slower.failures(&[Gate::Total(110.0), Gate::Growth(1.0)]).is_empty());
-    }
-
-    #[test]
-    fn gates_parse() {
-        assert_eq!("significant".parse(), Ok(Gate::Significant));
-        assert_eq!("share=2".parse(), Ok(Gate::Share(2.0)));
-        assert_eq!("growth=5%".parse(), Ok(Gate::Growth(5.0)));
-        assert_eq!("growth=20ms".parse(), Ok(Gate::Seconds(0.02)));
-        assert_eq!("growth=1.5s".parse(), Ok(Gate::Seconds(1.5)));
-        assert_eq!("total=10%".parse(), Ok(Gate::Total(10.0)));
-        for bad in ["growth=5", "growth=-1%", "speed=3", "share=x", "total=3s"] {
-            assert!(bad.parse::<Gate>().is_err(), "{bad}");
-        }
     }
 
     #[test]

@@ -4,9 +4,11 @@
 
 pub mod advise;
 pub mod diff;
+pub mod gates;
 pub mod history;
 pub mod list;
 pub mod peek;
+pub mod stats;
 
 /// The kernel tick of this machine: the resolution of the coarse clocks, which advance once a
 /// tick (4 ms on a 250 Hz kernel). 4 ms when it cannot be read.

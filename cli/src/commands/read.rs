@@ -3,10 +3,10 @@
 
 use crate::analysis::{list as listing, peek as peeking};
 use crate::args::{CollapseArgs, ConvertArgs, FlamegraphArgs, ListArgs, PeekArgs, Target, TopArgs};
-use crate::input::{self, dcpi, epochs, raw};
+use crate::input::{self, epochs, raw};
 use crate::model::filters::{self, Filters};
 use crate::model::stacks::Functions;
-use crate::render::{pprof, text};
+use crate::render::{self, pprof, text};
 use crate::symbols::Locator;
 use std::path::Path;
 
@@ -83,7 +83,7 @@ pub fn convert(a: ConvertArgs) -> Result<u8, String> {
             let taken = std::fs::metadata(&file)
                 .and_then(|m| m.modified())
                 .unwrap_or(std::time::SystemTime::now());
-            for path in dcpi::export(&profile, &locator, &a.output, taken)? {
+            for path in render::dcpi::export(&profile, &locator, &a.output, taken)? {
                 eprintln!("wrote {}", path.display());
             }
         }
@@ -105,7 +105,7 @@ fn db_to_dcpi(
             profile = filters::profile(&profile, locator, filters);
         }
         let start = cpuprof::format::database::parse_epoch_name(name).unwrap_or(std::time::UNIX_EPOCH);
-        for path in dcpi::export(&profile, locator, &output.join(name), start)? {
+        for path in render::dcpi::export(&profile, locator, &output.join(name), start)? {
             eprintln!("wrote {}", path.display());
         }
         Ok(())

@@ -4,7 +4,7 @@
 //! The listing is computed once, by `list` itself (one pass for all the functions listed), so
 //! the page and the command cannot disagree; this module only lays its lines out.
 
-use super::escape;
+use crate::render::markup::escape;
 use regex::Regex;
 use std::fmt::Write;
 

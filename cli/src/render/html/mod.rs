@@ -13,6 +13,8 @@
 //! (hints, tables of numbers, listings, the trend chart) is written as HTML here.
 
 mod listing;
+
+use crate::render::markup::escape;
 mod tree;
 
 use crate::analysis::advise::{self, Advice, Hint};
@@ -474,22 +476,6 @@ fn search_link(re: &str, text: &str) -> String {
         escape(re),
         escape(text)
     )
-}
-
-/// Text as HTML (in elements and in quoted attributes).
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// `list`'s listing of `functions` (one pass over the profile), split per function.

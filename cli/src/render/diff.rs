@@ -1,0 +1,130 @@
+//! `diff`'s table: the significant rows and the largest other changes, each with its intervals.
+
+use crate::analysis::diff::{Effect, Options, Report};
+use std::fmt::Write;
+
+impl Report {
+    /// The report: the significant rows and the largest other changes, each with its intervals.
+    pub fn render(&self, opts: Options) -> String {
+        let mut out = format!("{}\n", self.header);
+        let level = 100.0 * opts.confidence;
+        let what = if opts.cumulative { "cumulative" } else { "flat (self)" };
+        let time_what = if self.per_unit {
+            "CPU time per unit of work"
+        } else {
+            "CPU time per run"
+        };
+        let tested = if self.history {
+            "share and time changes"
+        } else {
+            "share changes"
+        };
+        let _ = writeln!(
+            out,
+            "{what} share in % and {time_what}; changes with {level}% intervals; * significant at {} \
+             family-wise (Holm over the {} of {} {tested} that could be)",
+            opts.alpha, self.testable, self.tested
+        );
+        let scale = self
+            .rows
+            .iter()
+            .map(|r| r.time.before.abs().max(r.time.after.abs()))
+            .fold(self.base_seconds, f64::max);
+        let (unit, factor) = time_unit(scale);
+        let before = if self.history { "usual" } else { "before" };
+        let _ = writeln!(
+            out,
+            "{before:>7} {:>7} {:>24}  {before:>8} {:>8} {:>27}  {:>7}  function",
+            "now",
+            "change [interval] pts",
+            "now",
+            format!("change [interval] {unit}"),
+            "settle"
+        );
+        let shown = self.significant().count() + opts.rows;
+        for r in self.rows.iter().take(shown) {
+            let mark = |e: &Effect| if e.significant { '*' } else { ' ' };
+            let t = |v: f64| v * factor;
+            let settle = match r.settle {
+                Some(k) if k > 1000.0 => ">1000x".to_string(),
+                Some(k) if k > 1.0 => format!("{k:.1}x"),
+                _ => "-".to_string(),
+            };
+            let _ = writeln!(
+                out,
+                "{:>6.1}% {:>6.1}% {:>+7.1} [{:>+6.1}, {:>+6.1}]{}  {:>8.3} {:>8.3} {:>+8.3} [{:>+7.3}, {:>+7.3}]{}  {settle:>7}  {}",
+                r.share.before,
+                r.share.after,
+                r.share.change(),
+                r.share.low,
+                r.share.high,
+                mark(&r.share),
+                t(r.time.before),
+                t(r.time.after),
+                t(r.time.change()),
+                t(r.time.low),
+                t(r.time.high),
+                mark(&r.time),
+                r.function
+            );
+        }
+        let marked: Vec<String> = self
+            .significant()
+            .map(|r| {
+                let grew = if r.share.significant {
+                    r.share.change()
+                } else {
+                    r.time.change()
+                } > 0.0;
+                format!("{} {}", r.function, if grew { "grew" } else { "shrank" })
+            })
+            .collect();
+        if marked.is_empty() {
+            let _ = writeln!(
+                out,
+                "nothing is significant at {} family-wise; the largest changes are above, with their intervals.",
+                opts.alpha
+            );
+        } else {
+            let _ = writeln!(out, "significant: {}", marked.join(", "));
+        }
+        if let Some(r) = self.rows.iter().find(|r| r.settle.is_some_and(|k| k > 1.0)) {
+            let _ = writeln!(
+                out,
+                "settle: how many times the samples (in both runs) would make a change of this size significant \
+                 (|z| {:.1}), if it is real: {} needs {:.1}x, ~{:.0} samples per run ({:.1} s of CPU at this \
+                 frequency; faster than the kernel tick adds no observations, longer runs do).",
+                self.z_needed,
+                r.function,
+                r.settle.unwrap_or(1.0),
+                r.settle.unwrap_or(1.0) * self.base_run.0 as f64,
+                r.settle.unwrap_or(1.0) * self.base_run.1,
+            );
+        }
+        if self.history {
+            out.push_str("history: a change is judged against the runs' spread beyond their sampling error.\n");
+        } else {
+            let _ = writeln!(
+                out,
+                "time: the totals were {:.3} s and {:.3} s ({}); time intervals are sampling error only, \
+                 the totals' run-to-run noise needs repeated runs (--history).",
+                self.base_seconds,
+                self.new_seconds,
+                self.total_growth()
+                    .map_or("from nothing".to_string(), |g| format!("{g:+.1}%"))
+            );
+        }
+        out
+    }
+}
+
+/// The unit the time columns are printed in, for values up to `scale` seconds.
+fn time_unit(scale: f64) -> (&'static str, f64) {
+    if scale >= 1.0 {
+        ("s", 1.0)
+    } else if scale >= 1e-3 {
+        ("ms", 1e3)
+    } else {
+        ("us", 1e6)
+    }
+}
