@@ -21,7 +21,7 @@ use crate::analysis::advise::{self, Advice, Hint};
 use crate::analysis::diff::{self, Report};
 use crate::analysis::history::{self, Epoch};
 use crate::model::filters::Filters;
-use crate::model::stacks::Stacks;
+use crate::model::stacks::{Functions, Stacks};
 use crate::render::json;
 use crate::symbols::Locator;
 use cpuprof::format::Profile;
@@ -64,30 +64,90 @@ pub fn page(file: &Path, bytes: &[u8], baseline: &Baseline, opts: &Options) -> R
         profile = crate::model::filters::profile(&profile, locator, filters);
     }
     let analysis = advise::Analysis::new(&profile, locator);
-    let stacks = &analysis.stacks;
     let mut tree = Tree::new();
-    tree.add(stacks, false);
+    tree.add(&analysis.stacks, false);
+    let comparison = compare(file, &profile, &analysis.stacks, baseline, opts, &mut tree)?;
+    let growth = match (baseline, &comparison.report) {
+        (Baseline::History(..), Some((report, runs))) => Some((report, *runs)),
+        _ => None,
+    };
+    let advice = advise::advise(&analysis, growth);
+    let functions = analysis.stacks.functions();
+    let routines = listings(file, bytes, &listed(&functions, &advice), locator, filters);
+    let anchors: HashMap<&str, String> = routines
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.function.as_str(), format!("src-{i}")))
+        .collect();
+    let data = script_data(&analysis.stacks, &functions, &mut tree, &anchors, &comparison);
+    let mut html = String::with_capacity(data.len() + 64 * 1024);
+    html.push_str(&heading(&analysis.stacks, opts, &comparison));
+    html.push_str(&hints_section(&advice, &anchors, comparison.report.as_ref().map(|(r, _)| r)));
+    html.push_str(GRAPH_SECTION);
+    html.push_str(
+        "<section id=\"top\"><h2>Functions</h2><p class=\"help\">Click a column to sort, a name to show it in the \
+flame graph.</p><table id=\"toptable\"><thead><tr><th data-k=\"flat\">flat</th><th data-k=\"flat\">flat%</th>\
+<th data-k=\"cum\">cum</th><th data-k=\"cum\">cum%</th><th data-k=\"name\">function</th></tr></thead><tbody></tbody></table></section>\n",
+    );
+    if let Some((report, _)) = &comparison.report {
+        html.push_str(&diff_section(report, &comparison.subtitle));
+    }
+    if let Some(trend) = &comparison.trend {
+        html.push_str(trend);
+    }
+    html.push_str("<section id=\"source\"><h2>Source of the hottest functions</h2>");
+    if routines.is_empty() {
+        html.push_str("<p>No function has self samples to list.</p>");
+    }
+    for (i, routine) in routines.iter().enumerate() {
+        html.push_str(&routine.html(&format!("src-{i}")));
+    }
+    html.push_str("</section>\n");
+    let _ = write!(
+        html,
+        "<script type=\"application/json\" id=\"data\">{data}</script>\n<script>{SCRIPT}</script>\n</body></html>\n"
+    );
+    Ok(html)
+}
 
+/// The profile against its baseline: what the page says it is compared with, the baseline's
+/// samples (added to `tree` as its second width), the comparison and the number of runs
+/// behind it, and, against a history, the trend section.
+#[derive(Default)]
+struct Comparison {
+    subtitle: String,
+    base_total: u64,
+    report: Option<(Report, usize)>,
+    trend: Option<String>,
+}
+
+fn compare(
+    file: &Path,
+    profile: &Profile,
+    stacks: &Stacks,
+    baseline: &Baseline,
+    opts: &Options,
+    tree: &mut Tree,
+) -> Result<Comparison, String> {
+    let (locator, filters) = (opts.locator, opts.filters);
     let summary =
         |s: &Stacks, p: &Profile| diff::Summary::new(s, p.records, p.maps.signal_weights, 1.0, true, opts.tick_us);
-    let mut subtitle = String::new();
-    let mut base_total = 0;
-    let mut comparison: Option<(Report, usize)> = None;
-    let mut trend: Option<String> = None;
     match baseline {
-        Baseline::None => {}
+        Baseline::None => Ok(Comparison::default()),
         Baseline::Profile(base) => {
             let mut base_profile = crate::input::read_profile(base, locator)?;
             if filters.active() {
                 base_profile = crate::model::filters::profile(&base_profile, locator, filters);
             }
             let base_stacks = Stacks::symbolise(&base_profile, locator);
-            base_total = base_stacks.total();
             tree.add(&base_stacks, true);
-            let (a, b) = (summary(&base_stacks, &base_profile), summary(stacks, &profile));
-            subtitle = format!("against {} ({})", base.display(), a.describe());
-            let header = String::new();
-            comparison = Some((diff::compare(&a, &b, header, false, advise::diff_options()), 1));
+            let (a, b) = (summary(&base_stacks, &base_profile), summary(stacks, profile));
+            Ok(Comparison {
+                subtitle: format!("against {} ({})", base.display(), a.describe()),
+                base_total: base_stacks.total(),
+                report: Some((diff::compare(&a, &b, String::new(), false, advise::diff_options()), 1)),
+                trend: None,
+            })
         }
         Baseline::History(dir, selection) => {
             let mut epochs = history_epochs(dir, selection, file, locator, filters)?;
@@ -106,39 +166,40 @@ pub fn page(file: &Path, bytes: &[u8], baseline: &Baseline, opts: &Options) -> R
                     opts.tick_us,
                 ));
             }
-            base_total = pooled.total();
             tree.add(&pooled, true);
-            subtitle = format!(
+            let report = diff::against_history(
+                &summaries,
+                &summary(stacks, profile),
+                String::new(),
+                advise::diff_options(),
+            );
+            let subtitle = format!(
                 "against the {} profiles of {} (pooled as the baseline)",
                 epochs.len(),
                 dir.display()
             );
-            let report = diff::against_history(
-                &summaries,
-                &summary(stacks, &profile),
-                String::new(),
-                advise::diff_options(),
-            );
-            comparison = Some((report, epochs.len()));
+            let runs = epochs.len();
             // The profile itself is the last point of the trend.
             epochs.push(Epoch {
                 name: "this profile".to_string(),
                 processes: 1,
-                stacks: Stacks::symbolise(&profile, locator),
+                stacks: Stacks::symbolise(profile, locator),
                 records: profile.records,
                 weights: profile.maps.signal_weights,
             });
-            trend = Some(trend_section(&epochs, opts.tick_us));
+            Ok(Comparison {
+                subtitle,
+                base_total: pooled.total(),
+                report: Some((report, runs)),
+                trend: Some(trend_section(&epochs, opts.tick_us)),
+            })
         }
     }
-    let growth = match (baseline, &comparison) {
-        (Baseline::History(..), Some((report, runs))) => Some((report, *runs)),
-        _ => None,
-    };
-    let advice = advise::advise(&analysis, growth);
+}
 
-    // Listings: the hottest functions by self time, and those the hints point at.
-    let functions = stacks.functions();
+/// The functions whose source is listed: the hottest by self time, and those the hints
+/// point at.
+fn listed(functions: &Functions, advice: &Advice) -> Vec<String> {
     let mut by_flat: Vec<&(String, crate::model::stacks::Counts)> =
         functions.counts.iter().filter(|(_, c)| c.flat > 0).collect();
     by_flat.sort_by(|a, b| b.1.flat.cmp(&a.1.flat).then(a.0.cmp(&b.0)));
@@ -150,19 +211,23 @@ pub fn page(file: &Path, bytes: &[u8], baseline: &Baseline, opts: &Options) -> R
             }
         }
     }
-    let routines = listings(file, bytes, &listed, locator, filters);
-    let anchors: HashMap<&str, String> = routines
-        .iter()
-        .enumerate()
-        .map(|(i, r)| (r.function.as_str(), format!("src-{i}")))
-        .collect();
+    listed
+}
 
-    // The script's data.
+/// The page script's data, as JSON safe inside `<script>`.
+fn script_data(
+    stacks: &Stacks,
+    functions: &Functions,
+    tree: &mut Tree,
+    anchors: &HashMap<&str, String>,
+    comparison: &Comparison,
+) -> String {
     let mut data = format!(
-        "{{\"total\":{},\"kept\":{},\"period_us\":{},\"base_total\":{base_total},{}",
+        "{{\"total\":{},\"kept\":{},\"period_us\":{},\"base_total\":{},{}",
         stacks.total(),
         stacks.kept(),
         stacks.period_us,
+        comparison.base_total,
         tree.json()
     );
     let rows: Vec<String> = functions
@@ -177,7 +242,7 @@ pub fn page(file: &Path, bytes: &[u8], baseline: &Baseline, opts: &Options) -> R
         .collect();
     let _ = write!(data, ",\"sources\":{{{}}}", sources.join(","));
     let (mut grown, mut shrank) = (Vec::new(), Vec::new());
-    if let Some((report, _)) = &comparison {
+    if let Some((report, _)) = &comparison.report {
         for row in report.rows.iter().filter(|r| r.share.significant) {
             let id = tree.id(&row.function);
             if row.share.change() > 0.0 {
@@ -190,7 +255,7 @@ pub fn page(file: &Path, bytes: &[u8], baseline: &Baseline, opts: &Options) -> R
     let _ = write!(
         data,
         ",\"comparison\":{},\"grown\":[{}],\"shrank\":[{}]",
-        comparison.is_some(),
+        comparison.report.is_some(),
         grown.join(","),
         shrank.join(",")
     );
@@ -198,11 +263,13 @@ pub fn page(file: &Path, bytes: &[u8], baseline: &Baseline, opts: &Options) -> R
     let _ = write!(data, ",\"names\":[{}]}}", names.join(","));
     // Inside <script>, `</script>` or `<!--` in a name would end or confuse the block: no `<`
     // is left unescaped (it appears only inside strings).
-    let data = data.replace('<', "\\u003c");
+    data.replace('<', "\\u003c")
+}
 
+/// The document's head and the page header: title, totals and the navigation.
+fn heading(stacks: &Stacks, opts: &Options, comparison: &Comparison) -> String {
     let seconds = stacks.total() as f64 * stacks.period_us as f64 / 1e6;
-    let title = &opts.title;
-    let mut html = String::with_capacity(data.len() + 64 * 1024);
+    let mut html = String::new();
     let _ = write!(
         html,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
@@ -211,23 +278,23 @@ pub fn page(file: &Path, bytes: &[u8], baseline: &Baseline, opts: &Options) -> R
 hover for numbers, click to zoom.</p>\n<nav>",
         stacks.total(),
         stacks.period_us,
-        if filters.active() {
+        if opts.filters.active() {
             format!("; the filters kept {} samples", stacks.kept())
         } else {
             String::new()
         },
-        if subtitle.is_empty() {
+        if comparison.subtitle.is_empty() {
             String::new()
         } else {
-            format!(", {}", escape(&subtitle))
+            format!(", {}", escape(&comparison.subtitle))
         },
-        t = escape(title)
+        t = escape(&opts.title)
     );
     let mut nav = vec![("hints", "Hints"), ("graph", "Flame graph"), ("top", "Functions")];
-    if comparison.is_some() {
+    if comparison.report.is_some() {
         nav.push(("diff", "Changes"));
     }
-    if trend.is_some() {
+    if comparison.trend.is_some() {
         nav.push(("trend", "Trend"));
     }
     nav.push(("source", "Source"));
@@ -235,32 +302,7 @@ hover for numbers, click to zoom.</p>\n<nav>",
         let _ = write!(html, "<a href=\"#{id}\">{label}</a>");
     }
     html.push_str("</nav></header>\n");
-    html.push_str(&hints_section(&advice, &anchors, comparison.as_ref().map(|(r, _)| r)));
-    html.push_str(GRAPH_SECTION);
-    html.push_str(
-        "<section id=\"top\"><h2>Functions</h2><p class=\"help\">Click a column to sort, a name to show it in the \
-flame graph.</p><table id=\"toptable\"><thead><tr><th data-k=\"flat\">flat</th><th data-k=\"flat\">flat%</th>\
-<th data-k=\"cum\">cum</th><th data-k=\"cum\">cum%</th><th data-k=\"name\">function</th></tr></thead><tbody></tbody></table></section>\n",
-    );
-    if let Some((report, _)) = &comparison {
-        html.push_str(&diff_section(report, &subtitle));
-    }
-    if let Some(trend) = &trend {
-        html.push_str(trend);
-    }
-    html.push_str("<section id=\"source\"><h2>Source of the hottest functions</h2>");
-    if routines.is_empty() {
-        html.push_str("<p>No function has self samples to list.</p>");
-    }
-    for (i, routine) in routines.iter().enumerate() {
-        html.push_str(&routine.html(&format!("src-{i}")));
-    }
-    html.push_str("</section>\n");
-    let _ = write!(
-        html,
-        "<script type=\"application/json\" id=\"data\">{data}</script>\n<script>{SCRIPT}</script>\n</body></html>\n"
-    );
-    Ok(html)
+    html
 }
 
 /// Where `cpuprof record --html` puts the page of `profile`: beside it, `.prof` replaced by
