@@ -54,6 +54,23 @@ impl From<Symbols> for Locator {
     }
 }
 
+/// `--tick-us`, which every command that judges changes takes.
+#[derive(Args, Clone, Copy)]
+pub struct Tick {
+    /// The kernel tick (us) of the machine that recorded the profiles: the default timer looks
+    /// at the stack at most once a tick, which bounds how many independent observations its
+    /// samples are. Default: this machine's tick.
+    #[arg(long = "tick-us", value_name = "US")]
+    tick_us: Option<u64>,
+}
+
+impl Tick {
+    /// The tick given, else this machine's.
+    pub fn us(self) -> u64 {
+        self.tick_us.unwrap_or_else(crate::analysis::local_tick_us)
+    }
+}
+
 /// A profile database read instead of FILE.
 #[derive(Args, Clone, Default)]
 pub struct DbSource {
@@ -82,10 +99,8 @@ pub struct DiffCriteria {
     /// Rows shown besides the significant ones.
     #[arg(short = 'n', long, default_value_t = 10)]
     pub count: usize,
-    /// The kernel tick (us) of the machine that recorded the profiles: the default timer looks
-    /// at the stack at most once a tick. Default: this machine's tick.
-    #[arg(long, value_name = "US")]
-    pub tick_us: Option<u64>,
+    #[command(flatten)]
+    pub tick: Tick,
     /// The work each run did (requests, items, ...), as BASE,NEW: times are then per unit.
     /// Without it, both runs are taken to have done the same work.
     #[arg(long, value_name = "BASE,NEW", value_parser = units, conflicts_with = "history")]
@@ -341,9 +356,8 @@ pub struct AdviseArgs {
     /// Share at stake (%) below which a hint gets one line.
     #[arg(long, default_value_t = 1.0, value_name = "PERCENT", value_parser = percentage)]
     pub min_share: f64,
-    /// The kernel tick (us) of the machine that recorded the profiles (see `diff`).
-    #[arg(long, value_name = "US")]
-    pub tick_us: Option<u64>,
+    #[command(flatten)]
+    pub tick: Tick,
     #[command(flatten)]
     pub filters: Filters,
     #[command(flatten)]
@@ -366,9 +380,8 @@ pub struct ReportArgs {
     pub selection: db::Selection,
     #[arg(short = 'o', long, default_value = "report.html")]
     pub output: PathBuf,
-    /// The kernel tick (us) of the machine that recorded the profiles (see `diff`).
-    #[arg(long, value_name = "US")]
-    pub tick_us: Option<u64>,
+    #[command(flatten)]
+    pub tick: Tick,
     #[command(flatten)]
     pub filters: Filters,
     #[command(flatten)]
@@ -467,9 +480,8 @@ pub struct HistoryArgs {
     /// Coverage of the intervals shown.
     #[arg(long, default_value_t = 0.95, value_parser = probability)]
     pub confidence: f64,
-    /// The kernel tick (us) of the machine that recorded the profiles (see `diff`).
-    #[arg(long, value_name = "US")]
-    pub tick_us: Option<u64>,
+    #[command(flatten)]
+    pub tick: Tick,
     /// The SVG line chart.
     #[arg(short = 'o', long, default_value = "history.svg")]
     pub output: PathBuf,

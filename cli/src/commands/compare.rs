@@ -1,7 +1,7 @@
 //! The commands that judge a profile against others: `diff`, `advise`, `report` and
 //! `history`.
 
-use crate::analysis::{self, advise as advising, diff as diffing, history as epochs_over_time};
+use crate::analysis::{advise as advising, diff as diffing, history as epochs_over_time};
 use crate::args::{AdviceFormat, AdviseArgs, DiffArgs, HistoryArgs, ReportArgs};
 use crate::input::{self, db::Database, epochs};
 use crate::model::filters;
@@ -20,7 +20,7 @@ pub fn diff(a: DiffArgs) -> Result<u8, String> {
         confidence: criteria.confidence,
         rows: criteria.count,
     };
-    let tick_us = criteria.tick_us.unwrap_or_else(analysis::local_tick_us);
+    let tick_us = criteria.tick.us();
     let seen = |profile: &Profile, units: f64| {
         let stacks = Stacks::symbolise(profile, &locator).filter(&a.filters);
         diffing::Summary::new(
@@ -90,7 +90,7 @@ pub fn advise(a: AdviseArgs) -> Result<u8, String> {
         profile = filters::profile(&profile, &locator, filters);
     }
     let analysis = advising::Analysis::new(&profile, &locator);
-    let tick_us = a.tick_us.unwrap_or_else(analysis::local_tick_us);
+    let tick_us = a.tick.us();
     let summary = |stacks: &Stacks, p: &Profile| {
         diffing::Summary::new(stacks, p.records, p.maps.signal_weights, 1.0, true, tick_us)
     };
@@ -138,7 +138,7 @@ pub fn report(a: ReportArgs) -> Result<u8, String> {
     let opts = html::Options {
         locator: &locator,
         filters: &a.filters,
-        tick_us: a.tick_us.unwrap_or_else(analysis::local_tick_us),
+        tick_us: a.tick.us(),
         title: a.file.display().to_string(),
     };
     let page = html::page(&a.file, &input::read_bytes(&a.file)?, &baseline, &opts)?;
@@ -167,7 +167,7 @@ pub fn history(a: HistoryArgs) -> Result<u8, String> {
         confidence: a.confidence,
         rows: a.count,
     };
-    let tick_us = a.tick_us.unwrap_or_else(analysis::local_tick_us);
+    let tick_us = a.tick.us();
     let window = usize::try_from(a.window).unwrap_or(usize::MAX);
     let result = epochs_over_time::history(&epochs, opts, window, a.count, tick_us);
     println!("{program} in {} (tick {tick_us} us)", a.db.display());

@@ -82,7 +82,11 @@ pub fn page(file: &Path, bytes: &[u8], baseline: &Baseline, opts: &Options) -> R
     let data = script_data(&analysis.stacks, &functions, &mut tree, &anchors, &comparison);
     let mut html = String::with_capacity(data.len() + 64 * 1024);
     html.push_str(&heading(&analysis.stacks, opts, &comparison));
-    html.push_str(&hints_section(&advice, &anchors, comparison.report.as_ref().map(|(r, _)| r)));
+    html.push_str(&hints_section(
+        &advice,
+        &anchors,
+        comparison.report.as_ref().map(|(r, _)| r),
+    ));
     html.push_str(GRAPH_SECTION);
     html.push_str(
         "<section id=\"top\"><h2>Functions</h2><p class=\"help\">Click a column to sort, a name to show it in the \
