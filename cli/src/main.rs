@@ -7,7 +7,6 @@ mod dcpi;
 mod debug_info;
 mod diff;
 mod filters;
-mod function_ranges;
 mod history;
 mod html;
 mod json;
