@@ -45,6 +45,9 @@
 #[doc(hidden)]
 pub mod arch;
 mod claim_pool;
+// The one ELF reader, shared with the `cpuprof` command: not part of the API.
+#[doc(hidden)]
+pub mod elf;
 pub mod error;
 pub mod format;
 pub mod http;

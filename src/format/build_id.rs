@@ -15,19 +15,14 @@
 //! ending in `:N] `). It names the mapping by its address range, not its path, because a path
 //! may hold any of these characters.
 //!
-//! This module is pure code: the reader of the image is a closure.
+//! This module is pure code: the reader of the image is a closure; the notes are found by
+//! the ELF reader (`crate::elf`).
 
+use crate::elf::{Elf, ReadAt, MAX_BUILD_ID as MAX_ID};
+use std::cell::RefCell;
 use std::fmt::Write;
 
 const PREFIX: &str = "# build-id ";
-/// Longest build-id accepted, in bytes (GNU ld writes 16 or 20; some tools 32).
-const MAX_ID: usize = 64;
-const PT_NOTE: u32 = 4;
-const SHT_NOTE: u32 = 7;
-const NT_GNU_BUILD_ID: u32 = 3;
-/// Bounds on what a crafted or damaged header can make us read.
-const MAX_HEADERS: usize = 512;
-const MAX_NOTES_BYTES: usize = 64 << 10;
 
 /// The line recording build-id `id` (lower-case hex) for the mapping `start..end`, newline
 /// included, to append to a profile's maps text after the mapping lines.
@@ -80,117 +75,18 @@ pub fn hex(bytes: &[u8]) -> String {
 /// }
 /// # Ok::<(), std::io::Error>(())
 /// ```
-pub fn read_elf(mut read: impl FnMut(u64, usize) -> Option<Vec<u8>>, sections: bool) -> Option<String> {
-    let ident = read(0, 16)?;
-    if ident[..4] != *b"\x7fELF" {
-        return None;
-    }
-    let e = Elf {
-        wide: match ident[4] {
-            1 => false,
-            2 => true,
-            _ => return None,
-        },
-        big: match ident[5] {
-            1 => false,
-            2 => true,
-            _ => return None,
-        },
-    };
-    let header = read(0, if e.wide { 64 } else { 52 })?;
-    let (ph, sh) = if e.wide {
-        (
-            (e.u(&header, 0x20, 8)?, e.u(&header, 0x36, 2)?, e.u(&header, 0x38, 2)?),
-            (e.u(&header, 0x28, 8)?, e.u(&header, 0x3a, 2)?, e.u(&header, 0x3c, 2)?),
-        )
-    } else {
-        (
-            (e.u(&header, 0x1c, 4)?, e.u(&header, 0x2a, 2)?, e.u(&header, 0x2c, 2)?),
-            (e.u(&header, 0x20, 4)?, e.u(&header, 0x2e, 2)?, e.u(&header, 0x30, 2)?),
-        )
-    };
-    // (table offset, entry size, count): where each entry's type, offset, size and alignment are.
-    let segments = e.notes_in(
-        &mut read,
-        ph,
-        PT_NOTE,
-        if e.wide { [0, 8, 32, 48] } else { [0, 4, 16, 28] },
-    );
-    if let Some(id) = segments {
-        return Some(id);
-    }
-    if !sections {
-        return None;
-    }
-    e.notes_in(
-        &mut read,
-        sh,
-        SHT_NOTE,
-        if e.wide { [4, 24, 32, 48] } else { [4, 16, 20, 32] },
-    )
+pub fn read_elf(read: impl FnMut(u64, usize) -> Option<Vec<u8>>, sections: bool) -> Option<String> {
+    let reader = Closure(RefCell::new(read));
+    let elf = Elf::parse(&reader)?;
+    Some(hex(&crate::elf::build_id(&elf, sections)?))
 }
 
-struct Elf {
-    wide: bool,
-    big: bool,
-}
+/// A closure reading the image, as the ELF reader reads.
+struct Closure<F>(RefCell<F>);
 
-impl Elf {
-    /// The `size`-byte unsigned field at `at` of `b`.
-    fn u(&self, b: &[u8], at: usize, size: usize) -> Option<u64> {
-        let bytes = b.get(at..at.checked_add(size)?)?;
-        let fold = |v: u64, &x: &u8| (v << 8) | u64::from(x);
-        Some(if self.big {
-            bytes.iter().fold(0, fold)
-        } else {
-            bytes.iter().rev().fold(0, fold)
-        })
-    }
-
-    /// The build-id in the note areas of a header table (program or section headers) given as
-    /// (offset, entry size, count); `fields`: where type, offset, size and alignment are in an
-    /// entry. Entries of type `note_type` are searched in order.
-    fn notes_in(
-        &self,
-        read: &mut impl FnMut(u64, usize) -> Option<Vec<u8>>,
-        (table, entry_size, count): (u64, u64, u64),
-        note_type: u32,
-        [ty, off, size, align]: [usize; 4],
-    ) -> Option<String> {
-        let word = if self.wide { 8 } else { 4 };
-        let entry_size = usize::try_from(entry_size).ok()?;
-        let count = usize::try_from(count).ok()?.min(MAX_HEADERS);
-        if table == 0 || count == 0 || entry_size < align + word {
-            return None;
-        }
-        let headers = read(table, entry_size.checked_mul(count)?)?;
-        headers.chunks_exact(entry_size).find_map(|h| {
-            if self.u(h, ty, 4)? != u64::from(note_type) {
-                return None;
-            }
-            let len = usize::try_from(self.u(h, size, word)?).ok()?.min(MAX_NOTES_BYTES);
-            let notes = read(self.u(h, off, word)?, len)?;
-            self.build_id_note(&notes, if self.u(h, align, word)? == 8 { 8 } else { 4 })
-        })
-    }
-
-    /// The descriptor of the `GNU` note of type `NT_GNU_BUILD_ID` in `notes`, in hex.
-    fn build_id_note(&self, mut notes: &[u8], align: usize) -> Option<String> {
-        let padded = |n: usize| n.checked_next_multiple_of(align);
-        while notes.len() >= 12 {
-            let name_size = usize::try_from(self.u(notes, 0, 4)?).ok()?;
-            let desc_size = usize::try_from(self.u(notes, 4, 4)?).ok()?;
-            let kind = self.u(notes, 8, 4)?;
-            let desc_at = 12usize.checked_add(padded(name_size)?)?;
-            let next = desc_at.checked_add(padded(desc_size)?)?;
-            let name = notes.get(12..12 + name_size)?;
-            let desc = notes.get(desc_at..desc_at + desc_size)?;
-            if kind == u64::from(NT_GNU_BUILD_ID) && name == b"GNU\0" && (1..=MAX_ID).contains(&desc.len()) {
-                return Some(hex(desc));
-            }
-            notes = notes.get(next..)?;
-        }
-        None
+impl<F: FnMut(u64, usize) -> Option<Vec<u8>>> ReadAt for Closure<F> {
+    fn read_at(&self, offset: u64, len: u64) -> Option<Vec<u8>> {
+        (self.0.borrow_mut())(offset, usize::try_from(len).ok()?)
     }
 }
 

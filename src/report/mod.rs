@@ -2,12 +2,14 @@
 //! write as a top table, folded stacks, a pprof protobuf, a flame graph (feature
 //! `flamegraph`) or the raw gperftools format, without the `cpuprof` command.
 //!
-//! Names come from the ELF symbol tables of the files the profile's maps list (`.symtab`, else
-//! `.dynsym`), read in this process; code no symbol covers (a stripped binary's static
-//! functions) is named `object+0xSTART` after the function start its unwind tables give, as
-//! the CLI names it. Rust and C++ names are demangled (Rust's without the hash). What this
-//! leaves out, the CLI's DWARF reading gives: inlined frames, source lines, separate debug
-//! files.
+//! Names come from the ELF symbol tables of the files the profile's maps list (`.symtab` and
+//! `.dynsym`), read in this process by the ELF reader the `cpuprof` command uses, so that
+//! both name code alike: of the symbols at one address the largest, a symbol without a size
+//! holding the unwind-table extent it starts; code no symbol covers (a stripped binary's
+//! static functions) is named `object+0xSTART` after the function start its unwind tables
+//! give, and code nothing names `[object]`. Rust and C++ names are demangled (Rust's without
+//! the hash). What this leaves out, the CLI's DWARF reading gives: inlined frames, source
+//! lines, separate debug files.
 //!
 //! ```
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -58,7 +60,8 @@ pub struct Frame {
     /// instruction (return address minus one) for its callers.
     pub address: u64,
     /// The function containing it, demangled; `object+0xSTART` for a function only the unwind
-    /// tables know, `object+0xOFFSET` (or the address in hex) for code nothing names.
+    /// tables know (START its link-time address), `[object]` for code nothing names in a
+    /// mapped object, and the address in hex outside any mapping.
     pub function: String,
     /// The file mapped at the address, if any.
     pub object: Option<String>,

@@ -1,5 +1,6 @@
-//! Names for the addresses of a report: the in-process symboliser's, demangled, and a name
-//! made from the mapping for code nothing names.
+//! Names for the addresses of a report: the in-process symboliser's, demangled, and for code
+//! nothing names its object's name in brackets (`[object]`), as the `cpuprof` command
+//! spells it.
 
 use super::Frame;
 use crate::format::Maps;
@@ -20,19 +21,14 @@ impl Names {
     }
 
     pub fn frame(&mut self, address: u64) -> Frame {
-        let mapping = self.maps.find(address).filter(|m| !m.path.is_empty());
-        let object = mapping.map(|m| m.path.clone());
-        let fallback = match mapping {
-            Some(m) => format!(
-                "{}+{:#x}",
-                base_name(&m.path),
-                (address - m.start).wrapping_add(m.offset)
-            ),
-            None => format!("{address:#x}"),
-        };
+        let mapping = self.maps.find(address);
+        let object = mapping.filter(|m| !m.path.is_empty()).map(|m| m.path.clone());
         let function = match self.symbols.function(address) {
             Some(name) => demangle(name.as_ref()).into_owned(),
-            None => fallback,
+            None => match mapping {
+                Some(m) => crate::elf::unknown_code(&m.path),
+                None => format!("{address:#x}"),
+            },
         };
         Frame {
             address,
@@ -40,10 +36,6 @@ impl Names {
             object,
         }
     }
-}
-
-fn base_name(path: &str) -> &str {
-    path.rsplit('/').next().unwrap_or(path)
 }
 
 /// A Rust name without its hash, a C++ name with its parameters (as the `cpuprof` command

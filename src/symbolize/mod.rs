@@ -1,64 +1,52 @@
 //! In-process symbolisation, for the HTTP endpoint and [`Report`](crate::Report)s: function
 //! names for addresses of this process (or of files that have not changed since a profile
-//! listed them), from the ELF symbol tables (`.symtab`, else `.dynsym`) of the files in
+//! listed them), from the ELF symbol tables (`.symtab` and `.dynsym`) of the files in
 //! `/proc/self/maps`. Runs on the endpoint's thread, never in signal context.
 //!
-//! Code no symbol covers (static functions of a stripped binary, a library's internal
-//! functions with only `.dynsym` left) is named by function all the same: the unwind tables
-//! survive `strip --strip-all`, and `.eh_frame_hdr`'s binary-search table gives the start of
-//! every function with an FDE. Such a function is named `object+0xSTART`, START its link-time
-//! address (the CLI's convention: stable across runs, and `addr2line -e object 0xSTART`
-//! looks it up in the unstripped build). The table is read the first time an address of the
-//! object misses its symbols, so objects whose symbols cover everything never pay for it.
-//!
-//! A small reader of ELF64 little-endian files rather than a general object-file crate: it
-//! needs three tables, and it keeps the preloaded library small. Names are returned as the
-//! symbol tables hold them (C++ and Rust names mangled; pprof demangles them).
+//! The files are read by the ELF reader the `cpuprof` command also uses ([`crate::elf`]),
+//! with its policy for symbols at one address and symbols without a size, and its names for
+//! code no symbol covers: static functions of a stripped binary, a library's internal
+//! functions with only `.dynsym` left. The unwind tables survive `strip --strip-all`, and
+//! `.eh_frame` gives the extent of every function with an FDE: such a function is named
+//! `object+0xSTART`, START its link-time address (stable across runs, and
+//! `addr2line -e object 0xSTART` looks it up in the unstripped build). The extents are read
+//! the first time an address of the object misses its symbols (or lands on a symbol without
+//! a size), so objects whose symbols cover everything never pay for them. Names are returned
+//! as the symbol tables hold them (C++ and Rust names mangled; pprof demangles them).
 
 mod lines;
 
+use crate::elf::{self, Elf, FileReader, FunctionExtents, FunctionSymbols, ReadAt, Sections, Segment};
 use crate::format::Maps;
-use gimli::{BaseAddresses, EhFrame, EhFrameOffset, LittleEndian, UnwindSection};
 use lines::Section;
 use std::borrow::Cow;
+use std::cell::OnceCell;
 use std::collections::HashMap;
 use std::fs::File;
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 
-/// Function symbols of one file: (link-time start, size, name), sorted by start, and its
-/// loadable segments (file offset, file size, link-time address).
+/// What the symboliser knows of one file: its function symbols, its loadable segments and
+/// its line tables.
 #[derive(Default)]
 struct FileSymbols {
-    functions: Vec<(u64, u64, String)>,
-    segments: Vec<(u64, u64, u64)>,
-    /// Where `.eh_frame_hdr` is (`PT_GNU_EH_FRAME`), if the file has one.
-    eh_frame_hdr: Option<Segment>,
+    functions: FunctionSymbols,
+    segments: Vec<Segment>,
     /// The DWARF line tables and their strings, if the file has them uncompressed.
     debug_line: Option<Section>,
     debug_line_str: Option<Section>,
 }
 
-/// A program header's file offset, link-time address and size in the file.
-#[derive(Clone, Copy, Debug)]
-struct Segment {
-    offset: u64,
-    vaddr: u64,
-    size: u64,
-}
-
-/// One object as the symboliser knows it: its symbols, and the function ranges of its unwind
-/// tables, read at the first address the symbols do not cover.
+/// One object as the symboliser knows it: its symbols, and the function extents of its
+/// unwind tables, read when first needed.
 struct Object {
     path: String,
-    name: String,
     /// Device and inode of the file the symbols came from: the unwind tables are read from
     /// the same file or not at all. (The file is opened again rather than kept open: a
     /// request touching hundreds of objects must not hold hundreds of the program's
     /// descriptors.)
     identity: (u64, u64),
     symbols: FileSymbols,
-    /// (link-time start, end) of each function with an FDE, sorted by start.
-    unwind_functions: Option<Vec<(u64, u64)>>,
+    extents: OnceCell<FunctionExtents>,
 }
 
 /// Symbolises addresses of the current process, reading each file once.
@@ -81,24 +69,16 @@ impl Symbolizer {
     }
 
     /// The function containing `addr`: its symbol, else `object+0xSTART` for the function
-    /// the unwind tables give; `None` if neither covers it.
+    /// the unwind tables give ([`elf::unnamed`]); `None` if neither covers it.
     pub(crate) fn function(&mut self, addr: u64) -> Option<Cow<'_, str>> {
         let (object, svma) = self.locate(addr)?;
-        let functions = &object.symbols.functions;
-        let symbol = functions.partition_point(|f| f.0 <= svma).checked_sub(1);
-        if let Some(i) = symbol.filter(|&i| svma - functions[i].0 < functions[i].1.max(1)) {
-            return Some(Cow::Borrowed(functions[i].2.as_str()));
+        let object = &*object;
+        let extents = || object.extents();
+        if let Some(symbol) = object.symbols.functions.at(svma, extents) {
+            return Some(Cow::Borrowed(symbol.2.as_str()));
         }
-        if object.unwind_functions.is_none() {
-            object.unwind_functions = Some(match (object.reopen(), object.symbols.eh_frame_hdr) {
-                (Some(file), Some(hdr)) => unwind_functions(&file, hdr, &object.symbols.segments),
-                _ => Vec::new(),
-            });
-        }
-        let ranges = object.unwind_functions.as_deref().unwrap_or_default();
-        let i = ranges.partition_point(|f| f.0 <= svma).checked_sub(1)?;
-        let (start, end) = ranges[i];
-        (svma < end).then(|| Cow::Owned(format!("{}+{start:#x}", object.name)))
+        let (start, _) = object.extents().containing(svma)?;
+        Some(Cow::Owned(elf::unnamed(&object.path, start)))
     }
 
     /// The source file and line of each of `addresses` that the line tables of its object
@@ -151,22 +131,26 @@ impl Symbolizer {
             .entry(path.clone())
             .or_insert_with(|| path.starts_with('/').then(|| read_object(&path)).flatten())
             .as_mut()?;
-        let &(off, _, vaddr) = object
-            .symbols
-            .segments
-            .iter()
-            .find(|&&(off, size, _)| off <= file_offset && file_offset - off < size)?;
-        // Wrapping: the file's numbers may be anything; a wrong answer is only a wrong name.
-        Some((object, (file_offset - off).wrapping_add(vaddr)))
+        let svma = elf::svma_of_offset(&object.symbols.segments, file_offset)?;
+        Some((object, svma))
     }
 }
 
 impl Object {
     /// The object's file opened again, if the path still holds the same file.
-    fn reopen(&self) -> Option<FileBytes> {
+    fn reopen(&self) -> Option<FileReader> {
         let (file, size) = open_regular(&self.path)?;
         let meta = file.metadata().ok()?;
-        ((meta.dev(), meta.ino()) == self.identity).then_some(FileBytes { file, size })
+        ((meta.dev(), meta.ino()) == self.identity).then_some(FileReader { file, size })
+    }
+
+    /// The function extents of the object's unwind tables, read at the first call.
+    fn extents(&self) -> &FunctionExtents {
+        self.extents.get_or_init(|| {
+            self.reopen()
+                .and_then(|file| Some(FunctionExtents::read(&Elf::parse(&file)?)))
+                .unwrap_or_default()
+        })
     }
 }
 
@@ -188,263 +172,43 @@ pub(crate) fn open_regular(path: &str) -> Option<(File, u64)> {
 fn read_object(path: &str) -> Option<Object> {
     let (file, size) = open_regular(path)?;
     let meta = file.metadata().ok()?;
-    let symbols = parse_elf(&FileBytes { file, size })?;
+    let symbols = parse_elf(&FileReader { file, size })?;
     Some(Object {
         path: path.to_string(),
-        name: path.rsplit('/').next().unwrap_or(path).to_string(),
         identity: (meta.dev(), meta.ino()),
         symbols,
-        unwind_functions: None,
+        extents: OnceCell::new(),
     })
 }
 
-/// Largest table (program or section headers, symbols, symbol names) read from one file: the
-/// symbol table of a large C++ library is tens of MiB; anything beyond this is not a real one.
-const MAX_TABLE: u64 = 256 << 20;
-/// Longest symbol name kept; longer ones (mangled templates aside, only crafted files have
-/// them) are skipped rather than copied once per symbol.
-const MAX_NAME: usize = 4096;
-
-/// Where `parse_elf` reads from: only the ranges the ELF headers name are read, never the
-/// whole file.
-trait ReadAt {
-    /// `len` bytes at `offset`, or `None` if they lie outside the file or over [`MAX_TABLE`].
-    fn read_at(&self, offset: u64, len: u64) -> Option<Vec<u8>>;
-}
-
-struct FileBytes {
-    file: File,
-    size: u64,
-}
-
-impl ReadAt for FileBytes {
-    fn read_at(&self, offset: u64, len: u64) -> Option<Vec<u8>> {
-        if len > MAX_TABLE || offset.checked_add(len)? > self.size {
-            return None;
-        }
-        let mut buf = vec![0; usize::try_from(len).ok()?];
-        self.file.read_exact_at(&mut buf, offset).ok()?;
-        Some(buf)
-    }
-}
-
-impl ReadAt for [u8] {
-    fn read_at(&self, offset: u64, len: u64) -> Option<Vec<u8>> {
-        if len > MAX_TABLE {
-            return None;
-        }
-        let start = usize::try_from(offset).ok()?;
-        Some(
-            self.get(start..start.checked_add(usize::try_from(len).ok()?)?)?
-                .to_vec(),
-        )
-    }
-}
-
-const PT_LOAD: u32 = 1;
-const PT_GNU_EH_FRAME: u32 = 0x6474_e550;
-const SHT_SYMTAB: u32 = 2;
-const SHT_NOBITS: u32 = 8;
-const SHF_COMPRESSED: u64 = 0x800;
-const SHT_DYNSYM: u32 = 11;
-const STT_FUNC: u8 = 2;
-const STT_GNU_IFUNC: u8 = 10;
-/// Sizes of the ELF64 file header, program header and section header entries.
-const EHDR_SIZE: u64 = 64;
-const PHDR_SIZE: u64 = 56;
-const SHDR_SIZE: u64 = 64;
-/// Size of an ELF64 symbol.
-const SYM_SIZE: u64 = 24;
-
-/// The `N` bytes at `base + off`; `None`, never a panic, when that lies outside `b` (the
-/// offsets come from the file and may be anything).
-fn bytes_at<const N: usize>(b: &[u8], base: u64, off: u64) -> Option<[u8; N]> {
-    let at = usize::try_from(base.checked_add(off)?).ok()?;
-    b.get(at..at.checked_add(N)?)?.try_into().ok()
-}
-fn u8_at(b: &[u8], base: u64, off: u64) -> Option<u8> {
-    Some(bytes_at::<1>(b, base, off)?[0])
-}
-fn u16_at(b: &[u8], base: u64, off: u64) -> Option<u64> {
-    Some(u16::from_le_bytes(bytes_at(b, base, off)?).into())
-}
-fn u32_at(b: &[u8], base: u64, off: u64) -> Option<u64> {
-    Some(u32::from_le_bytes(bytes_at(b, base, off)?).into())
-}
-fn u64_at(b: &[u8], base: u64, off: u64) -> Option<u64> {
-    Some(u64::from_le_bytes(bytes_at(b, base, off)?))
-}
-
-/// Parses an ELF64 little-endian file's segments and function symbols; `None` for anything
-/// else or anything malformed. Reads the file header, the two header tables and the symbol
-/// tables with their names, each at most [`MAX_TABLE`] bytes.
+/// An ELF file's loadable segments, function symbols and line sections; `None` for anything
+/// that is not an ELF file.
 fn parse_elf(file: &(impl ReadAt + ?Sized)) -> Option<FileSymbols> {
-    let header = file.read_at(0, EHDR_SIZE)?;
-    if header.get(..6)? != b"\x7fELF\x02\x01" {
-        return None;
-    }
-    let b = &header[..];
-    let (phoff, shoff) = (u64_at(b, 0, 0x20)?, u64_at(b, 0, 0x28)?);
-    let (phentsize, phnum) = (u16_at(b, 0, 0x36)?, u16_at(b, 0, 0x38)?);
-    let (shentsize, shnum) = (u16_at(b, 0, 0x3a)?, u16_at(b, 0, 0x3c)?);
-    let mut out = FileSymbols::default();
-    if phnum > 0 && phentsize >= PHDR_SIZE {
-        let phdrs = file.read_at(phoff, phnum * phentsize)?;
-        for i in 0..phnum {
-            let ph = i * phentsize;
-            let (offset, vaddr, size) = (u64_at(&phdrs, ph, 8)?, u64_at(&phdrs, ph, 16)?, u64_at(&phdrs, ph, 32)?);
-            match u32_at(&phdrs, ph, 0)? {
-                t if t == PT_LOAD as u64 => out.segments.push((offset, size, vaddr)),
-                t if t == PT_GNU_EH_FRAME as u64 => out.eh_frame_hdr = Some(Segment { offset, vaddr, size }),
-                _ => {}
-            }
+    let elf = Elf::parse(file)?;
+    let mut out = FileSymbols {
+        segments: elf.segments().unwrap_or_default(),
+        ..FileSymbols::default()
+    };
+    if let Some(sections) = elf.sections() {
+        out.functions = FunctionSymbols::new(elf::function_symbols(&elf, &sections));
+        // Line tables are read as 64-bit little-endian DWARF only.
+        if elf.wide && !elf.big {
+            (out.debug_line, out.debug_line_str) = line_sections(&sections);
         }
     }
-    if shentsize < SHDR_SIZE {
-        return Some(out);
-    }
-    let shdrs = file.read_at(shoff, shnum * shentsize)?;
-    let section = |i: u64| i.checked_mul(shentsize);
-    (out.debug_line, out.debug_line_str) = line_sections(file, &shdrs, shentsize, shnum, u16_at(b, 0, 0x3e)?);
-    // Prefer the full table; a stripped file still has the dynamic one.
-    for wanted in [SHT_SYMTAB, SHT_DYNSYM] {
-        for i in 0..shnum {
-            let sh = section(i)?;
-            if u32_at(&shdrs, sh, 4)? != wanted as u64 {
-                continue;
-            }
-            let (offset, size, link, entsize) = (
-                u64_at(&shdrs, sh, 24)?,
-                u64_at(&shdrs, sh, 32)?,
-                u32_at(&shdrs, sh, 40)?,
-                u64_at(&shdrs, sh, 56)?.max(SYM_SIZE),
-            );
-            let strings = section(link)?;
-            let (str_off, str_size) = (u64_at(&shdrs, strings, 24)?, u64_at(&shdrs, strings, 32)?);
-            let (symbols, names) = (file.read_at(offset, size)?, file.read_at(str_off, str_size)?);
-            for k in 0..size / entsize {
-                let sym = k * entsize;
-                let info = u8_at(&symbols, sym, 4)?;
-                let (value, sym_size) = (u64_at(&symbols, sym, 8)?, u64_at(&symbols, sym, 16)?);
-                if !matches!(info & 0xf, STT_FUNC | STT_GNU_IFUNC) || value == 0 {
-                    continue;
-                }
-                let Some(name) = usize::try_from(u32_at(&symbols, sym, 0)?)
-                    .ok()
-                    .and_then(|at| names.get(at..))
-                    .map(|rest| &rest[..rest.len().min(MAX_NAME + 1)])
-                    .and_then(|rest| Some(&rest[..rest.iter().position(|&c| c == 0)?]))
-                else {
-                    continue;
-                };
-                out.functions
-                    .push((value, sym_size, String::from_utf8_lossy(name).into_owned()));
-            }
-        }
-        if !out.functions.is_empty() {
-            break;
-        }
-    }
-    out.functions.sort();
-    out.functions.dedup_by_key(|f| f.0);
     Some(out)
 }
 
-/// `.debug_line` and `.debug_line_str`, found by name through the section names' table
-/// (`e_shstrndx`); a compressed or absent one is `None`.
-fn line_sections(
-    file: &(impl ReadAt + ?Sized),
-    shdrs: &[u8],
-    shentsize: u64,
-    shnum: u64,
-    names_index: u64,
-) -> (Option<Section>, Option<Section>) {
-    let names = names_index
-        .checked_mul(shentsize)
-        .and_then(|sh| file.read_at(u64_at(shdrs, sh, 24)?, u64_at(shdrs, sh, 32)?))
-        .unwrap_or_default();
-    let (mut line, mut line_str) = (None, None);
-    for i in 0..shnum {
-        let Some(found) = (|| {
-            let sh = i.checked_mul(shentsize)?;
-            let at = usize::try_from(u32_at(shdrs, sh, 0)?).ok()?;
-            let name = names.get(at..)?;
-            let name = &name[..name.iter().position(|&c| c == 0)?];
-            let (kind, flags) = (u32_at(shdrs, sh, 4)?, u64_at(shdrs, sh, 8)?);
-            if kind == SHT_NOBITS as u64 || flags & SHF_COMPRESSED != 0 {
-                return None;
-            }
-            let section = Section {
-                offset: u64_at(shdrs, sh, 24)?,
-                size: u64_at(shdrs, sh, 32)?,
-            };
-            Some((name == b".debug_line", name == b".debug_line_str", section))
-        })() else {
-            continue;
-        };
-        match found {
-            (true, _, section) => line = Some(section),
-            (_, true, section) => line_str = Some(section),
-            _ => {}
-        }
-    }
-    (line, line_str)
-}
-
-/// `.eh_frame_hdr`'s encodings as every linker writes them (GNU ld, gold, lld, mold): the
-/// pointer to `.eh_frame` relative to itself, the count as 4 bytes, the table as pairs of
-/// 4-byte offsets from the header's start. Tables in other encodings are not read.
-const EH_PE_PCREL_SDATA4: u8 = 0x1b;
-const EH_PE_UDATA4: u8 = 0x03;
-const EH_PE_DATAREL_SDATA4: u8 = 0x3b;
-
-/// The (start, end) link-time range of every function in `.eh_frame_hdr`'s table, sorted by
-/// start: the table gives each start and its FDE, whose length gives the end. Empty when the
-/// header is not as expected. Reads the header and `.eh_frame` (from its start to the end of
-/// the segment holding it, at most [`MAX_TABLE`] bytes).
-fn unwind_functions(file: &(impl ReadAt + ?Sized), hdr: Segment, segments: &[(u64, u64, u64)]) -> Vec<(u64, u64)> {
-    let read = || -> Option<Vec<(u64, u64)>> {
-        let table = file.read_at(hdr.offset, hdr.size)?;
-        let encodings = table.get(..4)?;
-        if encodings != [1, EH_PE_PCREL_SDATA4, EH_PE_UDATA4, EH_PE_DATAREL_SDATA4] {
-            return None;
-        }
-        let i32_at = |at: u64| Some(u32_at(&table, 0, at)? as u32 as i32 as i64 as u64);
-        let eh_frame = hdr.vaddr.wrapping_add(4).wrapping_add(i32_at(4)?);
-        let count = u32_at(&table, 0, 8)?.min((hdr.size.saturating_sub(12)) / 8);
-        let &(seg_offset, seg_size, seg_vaddr) = segments
-            .iter()
-            .find(|&&(_, size, vaddr)| vaddr <= eh_frame && eh_frame - vaddr < size)?;
-        let into_segment = eh_frame - seg_vaddr;
-        let bytes = file.read_at(
-            seg_offset.checked_add(into_segment)?,
-            (seg_size - into_segment).min(MAX_TABLE),
-        )?;
-        let section = EhFrame::new(&bytes, LittleEndian);
-        let bases = BaseAddresses::default()
-            .set_eh_frame_hdr(hdr.vaddr)
-            .set_eh_frame(eh_frame);
-        let mut out = Vec::with_capacity(usize::try_from(count).ok()?);
-        for k in 0..count {
-            let fde = hdr.vaddr.wrapping_add(i32_at(12 + 8 * k + 4)?);
-            let Ok(offset) = usize::try_from(fde.wrapping_sub(eh_frame)) else {
-                continue;
-            };
-            if offset >= bytes.len() {
-                continue;
-            }
-            let Ok(fde) = section.fde_from_offset(&bases, EhFrameOffset(offset), EhFrame::cie_from_offset) else {
-                continue;
-            };
-            if fde.end_address() > fde.initial_address() {
-                out.push((fde.initial_address(), fde.end_address()));
-            }
-        }
-        Some(out)
+/// `.debug_line` and `.debug_line_str`; a compressed or absent one is `None`.
+fn line_sections(sections: &Sections) -> (Option<Section>, Option<Section>) {
+    let find = |name: &[u8]| {
+        let s = sections.by_name(name)?;
+        (s.kind != elf::SHT_NOBITS && s.flags & elf::SHF_COMPRESSED == 0).then_some(Section {
+            offset: s.offset,
+            size: s.size,
+        })
     };
-    let mut out = read().unwrap_or_default();
-    out.sort_unstable();
-    out
+    (find(b".debug_line"), find(b".debug_line_str"))
 }
 
 #[cfg(test)]
@@ -521,32 +285,39 @@ mod tests {
         assert!(parse_elf(&b"not an elf file"[..]).is_none());
     }
 
+    /// Code no symbol names is named after the start of its unwind-table extent, and a symbol
+    /// without a size holds the extent it starts: shown on this binary's own symbols, with
+    /// the names taken away or the sizes zeroed.
     #[test]
-    fn unwind_tables_give_each_function_its_range() {
+    fn unwind_extents_name_what_symbols_do_not() {
         let exe = std::fs::read("/proc/self/exe").unwrap();
         let symbols = parse_elf(&exe[..]).unwrap();
-        let hdr = symbols.eh_frame_hdr.expect("rustc links with --eh-frame-hdr");
-        let ranges = unwind_functions(&exe[..], hdr, &symbols.segments);
+        let extents = FunctionExtents::read(&Elf::parse(&exe[..]).unwrap());
         let &(start, size, _) = symbols
             .functions
+            .as_slice()
             .iter()
             .find(|f| f.2.contains("a_function_of_this_test"))
             .unwrap();
-        assert!(ranges.contains(&(start, start + size)), "{start:#x}+{size}");
-        assert!(ranges.windows(2).all(|w| w[0] <= w[1]));
-        // A header in another encoding, or cut short anywhere, gives no ranges and no panic.
-        let mut other = exe.clone();
-        other[usize::try_from(hdr.offset).unwrap() + 3] = 0x1b;
-        assert!(unwind_functions(&other[..], hdr, &symbols.segments).is_empty());
-        for cut in [0, 64, exe.len() / 3, exe.len() / 2, exe.len() - 1] {
-            let _ = unwind_functions(&exe[..cut], hdr, &symbols.segments);
-        }
-        let mut scrambled = exe.clone();
-        let table = usize::try_from(hdr.offset).unwrap() + 12;
-        for (i, b) in scrambled[table..table + 4096].iter_mut().enumerate() {
-            *b = (i * 151 % 256) as u8;
-        }
-        let _ = unwind_functions(&scrambled[..], hdr, &symbols.segments);
+        assert_eq!(extents.containing(start + size - 1), Some((start, start + size)));
+        let object = Object {
+            path: "/some/where/test-binary".to_string(),
+            identity: (0, 0),
+            symbols: FileSymbols::default(),
+            extents: OnceCell::from(extents.clone()),
+        };
+        let stripped = FunctionSymbols::default();
+        assert!(stripped.at(start + 1, || object.extents()).is_none());
+        assert_eq!(
+            elf::unnamed(&object.path, object.extents().containing(start + 1).unwrap().0),
+            format!("test-binary+{start:#x}")
+        );
+        let sizeless = FunctionSymbols::new(vec![(start, 0, "asm".to_string())]);
+        assert_eq!(
+            sizeless.at(start + size - 1, || &extents).map(|f| f.2.as_str()),
+            Some("asm")
+        );
+        assert_eq!(sizeless.at(start + size, || &extents), None);
     }
 
     #[test]

@@ -340,7 +340,7 @@ fn object_module(
 
     let hdr_svma = hdr.p_vaddr..hdr.p_vaddr + hdr.p_memsz;
     let eh_frame_hdr = copy_memory(bias + hdr.p_vaddr, hdr.p_memsz);
-    let eh_frame_svma_start = eh_frame_address(&eh_frame_hdr, hdr.p_vaddr)?;
+    let eh_frame_svma_start = crate::elf::eh_frame_hdr::eh_frame_address(&eh_frame_hdr, hdr.p_vaddr)?;
     // The header does not give .eh_frame's length: take the rest of the segment holding it.
     let segment = headers.iter().find(|h| {
         h.p_type == libc::PT_LOAD && h.p_vaddr <= eh_frame_svma_start && eh_frame_svma_start < h.p_vaddr + h.p_filesz
@@ -377,28 +377,6 @@ fn object_module(
         bytes,
         hdr_copy,
     ))
-}
-
-/// The stated address of `.eh_frame` from `.eh_frame_hdr` (at stated address `hdr_svma`).
-fn eh_frame_address(hdr: &[u8], hdr_svma: u64) -> Option<u64> {
-    const PCREL_SDATA4: u8 = 0x1b;
-    const UDATA4: u8 = 0x03;
-    const UDATA8: u8 = 0x04;
-    const ABSPTR: u8 = 0x00;
-    if hdr.first() != Some(&1) {
-        return None;
-    }
-    let field = hdr.get(4..)?;
-    match *hdr.get(1)? {
-        PCREL_SDATA4 => Some(
-            hdr_svma
-                .wrapping_add(4)
-                .wrapping_add_signed(i32::from_le_bytes(field.get(..4)?.try_into().ok()?) as i64),
-        ),
-        UDATA4 => Some(u32::from_le_bytes(field.get(..4)?.try_into().ok()?) as u64),
-        UDATA8 | ABSPTR => Some(u64::from_le_bytes(field.get(..8)?.try_into().ok()?)),
-        _ => None,
-    }
 }
 
 fn copy_memory(addr: u64, len: u64) -> Vec<u8> {
@@ -490,17 +468,5 @@ mod tests {
         assert_eq!(walk(Some(base - 4096), &mut out), 1);
         mem[slot(ra_at)] = 0x4141_4141_4141_4141;
         assert_eq!(walk(Some(rbx), &mut out), 1);
-    }
-
-    #[test]
-    fn eh_frame_pointer_encodings() {
-        let hdr = [1, 0x1b, 0x03, 0x3b, 0xfc, 0xff, 0xff, 0xff];
-        assert_eq!(eh_frame_address(&hdr, 0x1000), Some(0x1000));
-        assert_eq!(
-            eh_frame_address(&[1, 0x03, 0, 0, 0x78, 0x56, 0x34, 0x12], 0),
-            Some(0x12345678)
-        );
-        assert_eq!(eh_frame_address(&[2, 0x1b, 0, 0, 0, 0, 0, 0], 0), None);
-        assert_eq!(eh_frame_address(&[1, 0x1b], 0), None);
     }
 }

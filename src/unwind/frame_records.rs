@@ -28,10 +28,6 @@ use std::ops::Range;
 
 /// How far above the SP the record is looked for: the function's locals and saved registers.
 const SCAN_BYTES: u64 = 4096;
-/// `.eh_frame_hdr` table encoding: `DW_EH_PE_datarel | DW_EH_PE_sdata4`, what GNU ld and lld
-/// write.
-const DATAREL_SDATA4: u8 = 0x3b;
-const UDATA4: u8 = 0x03;
 const DIRECT_CALL: u8 = 0xe8;
 
 /// The function starts of the loaded objects, from copies of their `.eh_frame_hdr` tables.
@@ -56,34 +52,8 @@ impl FunctionStarts {
         if !code.contains(&pc) {
             return None;
         }
-        table_lookup(hdr, *hdr_address, pc)
+        crate::elf::eh_frame_hdr::function_start(hdr, *hdr_address, pc)
     }
-}
-
-/// The greatest initial location at or below `pc` in an `.eh_frame_hdr` search table.
-fn table_lookup(hdr: &[u8], hdr_address: u64, pc: u64) -> Option<u64> {
-    if hdr.first() != Some(&1) || hdr.get(2) != Some(&UDATA4) || hdr.get(3) != Some(&DATAREL_SDATA4) {
-        return None;
-    }
-    // The pointer to .eh_frame is 4 bytes in every encoding ld writes with this table
-    // encoding (pcrel or datarel sdata4, udata4).
-    let count = u32::from_le_bytes(hdr.get(8..12)?.try_into().ok()?) as usize;
-    let table = hdr.get(12..12 + count.checked_mul(8)?)?;
-    let start = |i: usize| {
-        let rel = i32::from_le_bytes(table[8 * i..8 * i + 4].try_into().unwrap());
-        hdr_address.wrapping_add_signed(rel as i64)
-    };
-    // The entries are sorted by initial location: the last one at or below `pc`.
-    let (mut low, mut high) = (0, count);
-    while low < high {
-        let mid = (low + high) / 2;
-        if start(mid) <= pc {
-            low = mid + 1;
-        } else {
-            high = mid;
-        }
-    }
-    Some(start(low.checked_sub(1)?))
 }
 
 /// The frame record of the function at `pc`, whose SP at its call was `sp`: (CFA, return
@@ -202,7 +172,8 @@ mod tests {
 
     /// An `.eh_frame_hdr` at `hdr_address` listing functions at `starts`.
     fn header(hdr_address: u64, starts: &[u64]) -> Vec<u8> {
-        let mut hdr = vec![1, 0x1b, UDATA4, DATAREL_SDATA4];
+        // Version 1, .eh_frame pcrel sdata4, count udata4, table datarel sdata4.
+        let mut hdr = vec![1, 0x1b, 0x03, 0x3b];
         hdr.extend_from_slice(&0i32.to_le_bytes());
         hdr.extend_from_slice(&(starts.len() as u32).to_le_bytes());
         for &s in starts {

@@ -2,6 +2,7 @@
 //! or on a search path, checked by inode and build-id; only regular files are opened.
 
 use super::file_name;
+use cpuprof::elf::{self, Elf, FileReader};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read;
@@ -157,22 +158,13 @@ fn check_build_id(path: &str, substitute: &Path) -> Option<String> {
 /// whole file: a candidate may be hundreds of megabytes).
 fn build_id(path: &Path) -> Option<String> {
     let (file, size, _) = open_regular(path).ok()?;
-    read_build_id(&file, size)
+    read_build_id(file, size)
 }
 
-fn read_build_id(file: &File, size: u64) -> Option<String> {
-    use std::os::unix::fs::FileExt;
-    cpuprof::format::build_id::read_elf(
-        |offset, len| {
-            if offset.checked_add(len as u64)? > size {
-                return None;
-            }
-            let mut buf = vec![0; len];
-            file.read_exact_at(&mut buf, offset).ok()?;
-            Some(buf)
-        },
-        true,
-    )
+fn read_build_id(file: File, size: u64) -> Option<String> {
+    let file = FileReader { file, size };
+    let id = elf::build_id(&Elf::parse(&file)?, true)?;
+    Some(cpuprof::format::build_id::hex(&id))
 }
 
 /// Build-ids by file, so that many spellings of one path read the file once.
@@ -197,7 +189,7 @@ impl BuildIds {
         if let Some(id) = self.by_identity.get(&identity) {
             return id.clone();
         }
-        let id = read_build_id(&file, size);
+        let id = read_build_id(file, size);
         self.by_identity.insert(identity, id.clone());
         id
     }

@@ -12,7 +12,6 @@
 //! (`/lib//libc.so.6`, `/lib/./libc.so.6`) is loaded once, by device and inode.
 
 pub mod debug_info;
-pub mod function_ranges;
 mod locator;
 pub mod plt;
 mod symbolizer;
@@ -22,5 +21,5 @@ pub use symbolizer::Symbolizer;
 
 /// The last component of a path as the maps spell it.
 pub fn file_name(path: &str) -> &str {
-    path.rsplit('/').next().unwrap_or(path)
+    cpuprof::elf::file_name(path)
 }

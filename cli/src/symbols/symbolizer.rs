@@ -3,82 +3,66 @@
 use super::file_name;
 use super::locator::{open_regular, read_regular, Locator};
 use crate::symbols::debug_info::{self, DebugSearch};
-use crate::symbols::function_ranges::LazyFunctionRanges;
 use crate::symbols::plt;
 use addr2line::Loader;
+use cpuprof::elf::{self, Elf, FileReader, FunctionExtents, FunctionSymbols, Segment};
 use cpuprof::format::pprof::Frame;
 use cpuprof::format::{MapEntry, Maps};
-use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+use object::Object;
+use std::cell::OnceCell;
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-/// One binary's symbol sources and its loadable segments (file offset, size, virtual address).
-/// Segments come from the object; symbols from the object and its separate debug file; DWARF
-/// from the debug file when there is one.
+/// One binary's symbol sources and its loadable segments. Segments come from the object;
+/// symbols from the object and its separate debug file; DWARF from the debug file when there
+/// is one.
 struct Binary {
     /// The object file read (not its separate debug file): where its code is.
     file: PathBuf,
     /// The instruction set of its code.
     architecture: object::Architecture,
     loader: Loader,
-    segments: Vec<(u64, u64, u64)>,
-    /// Function symbols (start, size, name) from .symtab and .dynsym of the object and of its
-    /// debug file, sorted by start.
-    functions: Vec<(u64, u64, String)>,
+    /// The `PT_LOAD` segments.
+    segments: Vec<Segment>,
+    /// Function symbols from .symtab and .dynsym of the object and of its debug file, and PLT
+    /// stubs, under the ELF reader's policy ([`FunctionSymbols`]).
+    functions: FunctionSymbols,
     /// Link-time address and size of the (first) executable segment.
     text: Option<(u64, u64)>,
-    /// Function extents from the unwind tables, for addresses no symbol covers.
-    function_ranges: LazyFunctionRanges,
+    /// Function extents from the unwind tables, for addresses no symbol covers: read from
+    /// the object file (not a separate debug file, whose `.eh_frame` is empty) on first use,
+    /// as most objects of a profile are fully covered by symbols and never need them.
+    extents: OnceCell<FunctionExtents>,
 }
 
 impl Binary {
-    /// The function symbol whose extent holds `svma`. Unlike nearest-preceding lookup, an
-    /// address in a function the table does not list (a static function in a stripped
-    /// library) stays unknown instead of being charged to its neighbour. A symbol without a
-    /// size (hand-written assembly) holds the unwind-table extent it starts.
+    /// The unwind-table extents, read at the first call.
+    fn extents(&self) -> &FunctionExtents {
+        self.extents.get_or_init(|| {
+            let Ok((file, size, _)) = open_regular(&self.file) else {
+                return FunctionExtents::default();
+            };
+            let file = FileReader { file, size };
+            Elf::parse(&file).map_or_else(FunctionExtents::default, |elf| FunctionExtents::read(&elf))
+        })
+    }
+
+    /// The name of the function symbol whose extent holds `svma` (see [`FunctionSymbols`]).
     fn function_at(&self, svma: u64) -> Option<&str> {
-        let i = self
-            .functions
-            .partition_point(|&(start, _, _)| start <= svma)
-            .checked_sub(1)?;
-        let (start, size, name) = &self.functions[i];
-        let holds = match *size {
-            0 => {
-                svma == *start
-                    || self
-                        .function_ranges
-                        .get()
-                        .containing(svma)
-                        .is_some_and(|(s, _)| s == *start)
-            }
-            size => svma - start < size,
-        };
-        holds.then_some(name.as_str())
+        Some(self.functions.at(svma, || self.extents())?.2.as_str())
     }
 
     /// The extent (link-time start, end) of the function holding `svma`: its symbol's, else
     /// the unwind-table extent.
     fn extent(&self, svma: u64) -> Option<(u64, u64)> {
-        let i = self
-            .functions
-            .partition_point(|&(start, _, _)| start <= svma)
-            .checked_sub(1);
-        match i.map(|i| &self.functions[i]) {
-            Some(&(start, size, _)) if size > 0 && svma - start < size => Some((start, start.checked_add(size)?)),
-            _ => self.function_ranges.get().containing(svma),
-        }
+        self.functions.extent(svma, || self.extents())
     }
 
     /// The link-time address of file offset `offset`, if a loadable segment holds it.
     fn svma(&self, offset: u64) -> Option<u64> {
-        let &(off, _, vaddr) = self
-            .segments
-            .iter()
-            .find(|&&(off, size, _)| off <= offset && offset - off < size)?;
-        // Wrapping: the numbers come from the file; a wrong address only finds no symbol.
-        Some((offset - off).wrapping_add(vaddr))
+        elf::svma_of_offset(&self.segments, offset)
     }
 }
 
@@ -140,7 +124,7 @@ impl Symbolizer {
             return names;
         }
         vec![match maps.find(addr) {
-            Some(map) => format!("[{}]", file_name(&map.path)),
+            Some(map) => elf::unknown_code(&map.path),
             None => format!("{addr:#x}"),
         }]
     }
@@ -158,10 +142,10 @@ impl Symbolizer {
         use std::os::unix::fs::FileExt;
         let binary = self.binary(path, 0)?;
         let (start, end) = binary.extent(svma)?;
-        let &(off, _, vaddr) = binary
+        let &Segment { offset: off, vaddr, .. } = binary
             .segments
             .iter()
-            .find(|&&(_, size, vaddr)| vaddr <= start && end - vaddr <= size)?;
+            .find(|s| s.vaddr <= start && end - s.vaddr <= s.file_size)?;
         let mut code = vec![0; (end - start).min(limit) as usize];
         let (file, _, _) = open_regular(&binary.file).ok()?;
         file.read_exact_at(&mut code, off.checked_add(start - vaddr)?).ok()?;
@@ -257,8 +241,8 @@ fn frames_of(binary: &Binary, object: &str, svma: u64) -> Option<Vec<Frame>> {
         let name = match binary.function_at(svma) {
             Some(sym) => addr2line::demangle_auto(sym.into(), None).into_owned(),
             None => {
-                let (start, _) = binary.function_ranges.get().containing(svma)?;
-                format!("{object}+{start:#x}")
+                let (start, _) = binary.extents().containing(svma)?;
+                elf::unnamed(object, start)
             }
         };
         out.push(unknown(name));
@@ -277,34 +261,29 @@ fn unknown(name: String) -> Frame {
 /// DWARF of its own; DWARF is read by `addr2line` from whichever of the two files has it.
 fn load_binary(path: &Path, data: &[u8], debug: &mut DebugSearch) -> Option<Binary> {
     let file = object::File::parse(data).ok()?;
-    let segments = file
+    let image = Elf::parse(data)?;
+    let segments: Vec<Segment> = image
         .segments()
-        .map(|s| {
-            let (off, size) = s.file_range();
-            (off, size, s.address())
-        })
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|s| s.kind == elf::PT_LOAD)
         .collect();
-    let text = file
-        .segments()
-        .find(|s| matches!(s.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0))
-        .map(|s| (s.address(), s.size()));
-    let mut functions = function_symbols(&file);
+    let text = segments
+        .iter()
+        .find(|s| s.flags & elf::PF_X != 0)
+        .map(|s| (s.vaddr, s.mem_size));
+    let mut functions = function_symbols(data);
     let separate = if debug_info::has_dwarf(&file) {
         None
     } else {
         debug.find(path, &file)
     };
     if let Some(found) = &separate {
-        if let Ok(debug_file) = object::File::parse(&*found.data) {
-            functions.extend(function_symbols(&debug_file));
-        }
+        functions.extend(function_symbols(&found.data));
     }
     let stubs = plt::stubs(&file, &functions);
     functions.extend(stubs);
-    // Of the symbols at one address, the one with the largest extent is kept: the debug
-    // file's .symtab adds zero-size labels (assembly entry points) beside sized functions.
-    functions.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(a.2.cmp(&b.2)));
-    functions.dedup_by_key(|f| f.0);
+    let functions = FunctionSymbols::new(functions);
     // A debug file addr2line cannot read still gave its symbols: fall back to the object.
     let loader = separate
         .and_then(|found| {
@@ -319,15 +298,45 @@ fn load_binary(path: &Path, data: &[u8], debug: &mut DebugSearch) -> Option<Bina
         segments,
         functions,
         text,
-        function_ranges: LazyFunctionRanges::new(path.to_path_buf()),
+        extents: OnceCell::new(),
     })
 }
 
-/// Function symbols (start, size, name) of .symtab and .dynsym.
-fn function_symbols(file: &object::File) -> Vec<(u64, u64, String)> {
-    file.symbols()
-        .chain(file.dynamic_symbols())
-        .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
-        .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
-        .collect()
+/// Function symbols (start, size, name) of .symtab and .dynsym of the ELF file `data`.
+fn function_symbols(data: &[u8]) -> Vec<elf::Symbol> {
+    let Some(image) = Elf::parse(data) else {
+        return Vec::new();
+    };
+    image
+        .sections()
+        .map(|sections| elf::function_symbols(&image, &sections))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object::{ObjectSymbol, SymbolKind};
+
+    /// The ELF reader's function symbols are those the `object` crate lists (what this
+    /// command read before it), on this test binary and on libc.
+    #[test]
+    fn function_symbols_are_those_object_lists() {
+        let exe = std::env::current_exe().unwrap();
+        for path in [exe.as_path(), Path::new("/lib/x86_64-linux-gnu/libc.so.6")] {
+            let Ok(data) = std::fs::read(path) else { continue };
+            let file = object::File::parse(&*data).unwrap();
+            let mut theirs: Vec<elf::Symbol> = file
+                .symbols()
+                .chain(file.dynamic_symbols())
+                .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
+                .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
+                .collect();
+            let mut ours = function_symbols(&data);
+            assert!(ours.len() > 100, "{}", path.display());
+            theirs.sort();
+            ours.sort();
+            assert_eq!(ours, theirs, "{}", path.display());
+        }
+    }
 }
