@@ -63,7 +63,7 @@ pub fn function_start(hdr: &[u8], hdr_address: u64, pc: u64) -> Option<u64> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A header at `hdr_address` listing functions at `starts`.

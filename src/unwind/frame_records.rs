@@ -169,19 +169,7 @@ fn code_before(stack: &mut StackReader, ret: u64) -> Option<[u8; 8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// An `.eh_frame_hdr` at `hdr_address` listing functions at `starts`.
-    fn header(hdr_address: u64, starts: &[u64]) -> Vec<u8> {
-        // Version 1, .eh_frame pcrel sdata4, count udata4, table datarel sdata4.
-        let mut hdr = vec![1, 0x1b, 0x03, 0x3b];
-        hdr.extend_from_slice(&0i32.to_le_bytes());
-        hdr.extend_from_slice(&(starts.len() as u32).to_le_bytes());
-        for &s in starts {
-            hdr.extend_from_slice(&((s as i64 - hdr_address as i64) as i32).to_le_bytes());
-            hdr.extend_from_slice(&0i32.to_le_bytes());
-        }
-        hdr
-    }
+    use crate::elf::eh_frame_hdr::tests::header;
 
     #[test]
     fn function_starts_come_from_the_table() {
