@@ -44,6 +44,7 @@
 pub mod build_id;
 pub mod database;
 pub mod fast_hash;
+pub mod interner;
 pub mod maps;
 pub mod pprof;
 pub mod process;
@@ -54,6 +55,7 @@ pub mod wall_looks;
 pub mod writer;
 
 pub use fast_hash::FastHash;
+pub use interner::Interner;
 pub use maps::{MapEntry, Maps};
 pub use process::ProcessLine;
 pub use reader::{scan, ParseError, ParseErrorKind, Profile, Record, Sample, Scan};

@@ -18,6 +18,7 @@ use crate::model::stacks::Counts;
 use crate::render::progress::Progress;
 use crate::render::text::percent;
 use crate::symbols::{open_regular, Locator, Symbolizer};
+use cpuprof::format::Interner;
 use cpuprof::format::{scan, FastHash, Maps, Scan};
 use regex::Regex;
 use std::collections::HashMap;
@@ -66,32 +67,13 @@ struct Hit {
     outermost: bool,
 }
 
-/// Strings by id, each stored once.
-#[derive(Default)]
-struct Interned {
-    strings: Vec<String>,
-    ids: HashMap<String, u32>,
-}
-
-impl Interned {
-    fn id(&mut self, s: &str) -> u32 {
-        if let Some(&id) = self.ids.get(s) {
-            return id;
-        }
-        let id = self.strings.len() as u32;
-        self.strings.push(s.to_string());
-        self.ids.insert(s.to_string(), id);
-        id
-    }
-}
-
 /// What is counted for the listed functions.
 struct Tally<'a> {
     regex: &'a Regex,
     symbolizer: Symbolizer,
     maps: &'a Maps,
-    functions: Interned,
-    files: Interned,
+    functions: Interner,
+    files: Interner,
     /// Address looked up -> its hits in `hits` (start, length); most addresses have none.
     cache: HashMap<u64, (u32, u32), FastHash>,
     hits: Vec<Hit>,
@@ -242,8 +224,8 @@ pub fn list(
         regex,
         symbolizer: Symbolizer::new(locator.clone(), &outline.maps),
         maps: &outline.maps,
-        functions: Interned::default(),
-        files: Interned::default(),
+        functions: Interner::default(),
+        files: Interner::default(),
         cache: HashMap::default(),
         hits: Vec::new(),
         totals: Vec::new(),
@@ -274,7 +256,7 @@ pub fn list(
         let (ca, cb) = (tally.totals[a as usize], tally.totals[b as usize]);
         (cb.cum, cb.flat)
             .cmp(&(ca.cum, ca.flat))
-            .then_with(|| tally.functions.strings[a as usize].cmp(&tally.functions.strings[b as usize]))
+            .then_with(|| tally.functions.strings()[a as usize].cmp(&tally.functions.strings()[b as usize]))
     });
     let mut sources = Sources::new(args);
     let seconds = tally.total as f64 * outline.period_us as f64 / 1e6;
@@ -305,7 +287,7 @@ fn routine(tally: &Tally, f: u32, place: &str, out: &mut String) {
     let _ = writeln!(
         out,
         "ROUTINE ======================== {}{place}\n{:>10} {:>10} (flat, cum) {:.2}% of Total",
-        tally.functions.strings[f as usize],
+        tally.functions.strings()[f as usize],
         c.flat,
         c.cum,
         percent(c.cum, tally.total)
@@ -342,7 +324,7 @@ fn source(tally: &mut Tally, f: u32, sources: &mut Sources, out: &mut String) {
     files.sort_by(|a, b| cum_of(&b.1).cmp(&cum_of(&a.1)).then(a.0.cmp(&b.0)));
     for (i, (file, mut lines)) in files.into_iter().enumerate() {
         lines.sort_unstable_by_key(|&(line, _)| line);
-        let path = tally.files.strings[file as usize].clone();
+        let path = tally.files.strings()[file as usize].clone();
         if i == 0 {
             routine(tally, f, &format!(" in {path}"), out);
         } else {

@@ -6,13 +6,13 @@
 //! page three small integers (its name, samples and depth), plus one with a baseline.
 
 use crate::model::stacks::Stacks;
+use cpuprof::format::Interner;
 use std::collections::HashMap;
 use std::fmt::Write;
 
 /// Node 0 is the root: all samples, drawn as the bottom (here: top) bar.
 pub struct Tree {
-    names: Vec<String>,
-    ids: HashMap<String, u32>,
+    names: Interner,
     /// Per node: name id, samples in the new profile and in the baseline.
     name: Vec<u32>,
     value: Vec<u64>,
@@ -27,8 +27,7 @@ pub const ROOT: &str = " all";
 impl Tree {
     pub fn new() -> Tree {
         let mut tree = Tree {
-            names: Vec::new(),
-            ids: HashMap::new(),
+            names: Interner::default(),
             name: Vec::new(),
             value: Vec::new(),
             base: Vec::new(),
@@ -44,17 +43,11 @@ impl Tree {
 
     /// The id of function `name` in the page's name table.
     pub fn id(&mut self, name: &str) -> u32 {
-        if let Some(&id) = self.ids.get(name) {
-            return id;
-        }
-        let id = self.names.len() as u32;
-        self.names.push(name.to_string());
-        self.ids.insert(name.to_string(), id);
-        id
+        self.names.id(name)
     }
 
     pub fn names(&self) -> &[String] {
-        &self.names
+        self.names.strings()
     }
 
     /// Adds every chain of `stacks`, as the new profile's or as the baseline's samples.
@@ -109,7 +102,9 @@ impl Tree {
                 let (a, b) = (a as usize, b as usize);
                 (self.value[b], self.base[b])
                     .cmp(&(self.value[a], self.base[a]))
-                    .then_with(|| self.names[self.name[a] as usize].cmp(&self.names[self.name[b] as usize]))
+                    .then_with(|| {
+                        self.names.strings()[self.name[a] as usize].cmp(&self.names.strings()[self.name[b] as usize])
+                    })
             });
         }
         let mut tree = String::with_capacity(self.name.len() * 10);
