@@ -203,8 +203,7 @@ fn open_returns_the_lowest_free_descriptor_while_profiling() {
 fn a_file_size_limit_ends_the_profile_cleanly() {
     const LIMIT: u64 = 64 * 1024;
     let fsize = [Limit::soft(libc::RLIMIT_FSIZE, LIMIT)];
-    let compared =
-        at_each_frequency("fsize").run(|run| run_program(&program(), &["distinct", "2"], &run.env, &fsize));
+    let compared = at_each_frequency("fsize").run(|run| run_program(&program(), &["distinct", "2"], &run.env, &fsize));
     assert_eq!(stdout(&compared.plain), "distinct done\n");
     for p in &compared.profiled {
         let what = &p.run.what;

@@ -40,8 +40,8 @@ fn behaves_the_same(args: &[&str]) -> Vec<(Profile, String)> {
         .profiled
         .into_iter()
         .map(|p| {
-            let profile = Profile::parse(&std::fs::read(&p.profile).unwrap())
-                .unwrap_or_else(|e| panic!("{}: {e}", p.run.what));
+            let profile =
+                Profile::parse(&std::fs::read(&p.profile).unwrap()).unwrap_or_else(|e| panic!("{}: {e}", p.run.what));
             (profile, stderr(&p.out))
         })
         .collect()

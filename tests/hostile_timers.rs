@@ -42,14 +42,20 @@ fn behaves_the_same(
     same: impl Fn(&str, &str) -> bool + 'static,
 ) -> Vec<(String, String, String)> {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let limits: Vec<Limit> = limits.iter().map(|&(resource, value)| Limit::both(resource, value)).collect();
+    let limits: Vec<Limit> = limits
+        .iter()
+        .map(|&(resource, value)| Limit::both(resource, value))
+        .collect();
     let prog = program();
-    let compared = PlainVsProfiled::new(&format!("{args:?}"), &scratch_dir(&format!("timer-hazards-{}", args.join("-"))))
-        .across("CPUPROFILE_TIMER", timers)
-        .across("CPUPROFILE_FREQUENCY", FREQUENCIES)
-        .plain_succeeds()
-        .stdout_same_if(same)
-        .run(|run| run_program(&prog, args, &run.env, &limits));
+    let compared = PlainVsProfiled::new(
+        &format!("{args:?}"),
+        &scratch_dir(&format!("timer-hazards-{}", args.join("-"))),
+    )
+    .across("CPUPROFILE_TIMER", timers)
+    .across("CPUPROFILE_FREQUENCY", FREQUENCIES)
+    .plain_succeeds()
+    .stdout_same_if(same)
+    .run(|run| run_program(&prog, args, &run.env, &limits));
     compared
         .profiled
         .into_iter()

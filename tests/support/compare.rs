@@ -271,7 +271,11 @@ impl PlainVsProfiled {
             .into_iter()
             .map(|(names, mut settings)| {
                 settings.extend(self.fixed.iter().cloned());
-                let name = if names.is_empty() { "profiled".to_string() } else { names.join("-") };
+                let name = if names.is_empty() {
+                    "profiled".to_string()
+                } else {
+                    names.join("-")
+                };
                 (name, settings)
             })
             .collect()
@@ -325,7 +329,11 @@ impl PlainVsProfiled {
                     );
                 }
             }
-            profiled.push(Profiled { run: this, profile, out });
+            profiled.push(Profiled {
+                run: this,
+                profile,
+                out,
+            });
         }
         Compared { plain, profiled }
     }

@@ -152,7 +152,7 @@ pub fn run_ok(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
         .args(args)
         .envs(env.iter().copied())
         .output()
-        .unwrap();
+        .unwrap_or_else(|e| panic!("{}: {e} (.ci/run installs what the tests run)", program.display()));
     assert!(
         out.status.success(),
         "{} {:?} failed: {:?}\nstdout: {}\nstderr: {}",

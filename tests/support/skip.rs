@@ -20,7 +20,10 @@ pub fn skip(reason: &str) -> bool {
 /// Whether `tool` (a name looked up in PATH, or a path) is an executable file.
 pub fn on_path(tool: &str) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    let executable = |p: &Path| p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    let executable = |p: &Path| {
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
     if tool.contains('/') {
         return executable(Path::new(tool));
     }
