@@ -220,7 +220,8 @@ fn a_file_size_limit_ends_the_profile_cleanly() {
 
 #[test]
 fn a_fifo_as_profile_path_is_refused_without_blocking() {
-    let dir = scratch_dir("fds-fifo");
+    // Not in the comparison's directory (`fds-fifo`), which it makes afresh.
+    let dir = scratch_dir("fds-fifo-path");
     let fifo = dir.join("fifo");
     let path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
     // SAFETY: mkfifo with a NUL-terminated path.
