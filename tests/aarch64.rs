@@ -46,10 +46,6 @@ struct Cross {
     unit_tests: PathBuf,
 }
 
-fn on_path(tool: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
-}
-
 /// The cross build, once per test binary; `None` (after saying why) if the tools are missing
 /// outside CI.
 fn cross() -> Option<&'static Cross> {
@@ -75,8 +71,7 @@ fn cross() -> Option<&'static Cross> {
                      rustc-web libstd-rust-web-dev:arm64 gcc-aarch64-linux-gnu qemu-user-static binutils-multiarch)",
                     missing.join(", ")
                 );
-                assert!(std::env::var("CI").as_deref() != Ok("true"), "CI=true: {why}");
-                eprintln!("skipping the aarch64 tests: {why}");
+                skip(&format!("the aarch64 tests: {why}"));
                 return None;
             }
             Some(build())

@@ -123,10 +123,6 @@ fn get_stack_trace_is_safe_without_frame_pointers_in_the_library() {
 /// The caller's frames as far as a frame-pointer walk from inside a function without one can
 /// see them: at least f2 and f1 (f3, whose frame the walk may start above, is not promised).
 #[test]
-#[ignore = "the library built without frame pointers finds no frame: ProfilerGetStackTrace keeps \
-            max_depth in rbp when it reads the caller's registers, so the frame-pointer walk \
-            starts from a small integer (depth 0, main's library too); this test passed only \
-            while cargo's LD_LIBRARY_PATH made the program load target/debug's library"]
 fn get_stack_trace_sees_the_callers_without_frame_pointers_in_the_library() {
     let v = stack_trace_without_frame_pointers("no_fp_stack_depth");
     assert!(v["depth"].parse::<i32>().unwrap() >= 2, "{v:?}");

@@ -52,10 +52,6 @@ fn cpuprof(args: &[&str]) -> Output {
     run_ok(cli(), args, &[])
 }
 
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
 /// The `# build-id` lines of a profile file.
 fn build_id_lines(profile: &Path) -> Vec<String> {
     String::from_utf8_lossy(&std::fs::read(profile).unwrap())
@@ -324,8 +320,7 @@ fn readers_read_the_same_profile_with_and_without_the_build_id_lines() {
 #[test]
 fn a_gperftools_profile_reads_as_before() {
     let libprofiler = Path::new("/usr/lib/x86_64-linux-gnu/libprofiler.so");
-    if !libprofiler.exists() && std::env::var_os("CI").is_none() {
-        eprintln!("skipped: gperftools' libprofiler.so is not installed");
+    if !require_file(libprofiler, "gperftools' libprofiler.so (libgoogle-perftools-dev)") {
         return;
     }
     let dir = scratch_dir("bids-gperftools");
@@ -365,27 +360,20 @@ fn a_gperftools_profile_reads_as_before() {
 /// status and output, and returns the profiles. `args` and `before_each` are given the run's
 /// name: "plain", "100" or "4000".
 fn behaves_the_same(prog: &Path, args: impl Fn(&str) -> Vec<String>, before_each: impl Fn(&str)) -> Vec<PathBuf> {
-    let dir = prog.parent().unwrap();
-    before_each("plain");
-    let plain_args = args("plain");
-    let plain = Command::new(prog).args(&plain_args).output().unwrap();
-    assert!(plain.status.success(), "{plain:?}");
-    ["100", "4000"]
-        .iter()
-        .map(|hz| {
-            before_each(hz);
-            let profile = dir.join(format!("{hz}.prof"));
-            let profiled = Command::new(prog)
-                .args(args(hz))
-                .env("LD_PRELOAD", lib())
-                .env("CPUPROFILE", &profile)
-                .env("CPUPROFILE_FREQUENCY", hz)
-                .output()
-                .unwrap();
-            assert_eq!(profiled.status.to_string(), plain.status.to_string(), "{hz} Hz");
-            assert_eq!(profiled.stdout, plain.stdout, "{hz} Hz; stderr: {}", stderr(&profiled));
-            read_profile(&profile);
-            profile
+    PlainVsProfiled::new("build_ids", prog.parent().unwrap())
+        .across("CPUPROFILE_FREQUENCY", &["100", "4000"])
+        .plain_succeeds()
+        .run(|run| {
+            before_each(&run.name);
+            let args = args(&run.name);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            run_program(prog, &args, &run.env, &[])
+        })
+        .profiled
+        .into_iter()
+        .map(|p| {
+            read_profile(&p.profile);
+            p.profile
         })
         .collect()
 }
@@ -460,33 +448,16 @@ fn code_mapped_from_a_file_truncated_under_it_is_read_without_a_fault() {
 
 #[test]
 fn the_endpoint_protobuf_carries_build_ids_checked_against_readelf() {
-    use std::io::{BufRead, BufReader};
     let dir = scratch_dir("bids-endpoint");
     let prog = build(&dir, false);
-    let mut child = Command::new(&prog)
-        .args(["hot", "6"])
-        .env("LD_PRELOAD", lib())
-        .env("CPUPROF_HTTP", "127.0.0.1:0")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut announced = String::new();
-    BufReader::new(child.stderr.take().unwrap())
-        .read_line(&mut announced)
-        .unwrap();
-    let address = announced
-        .split("http://")
-        .nth(1)
-        .and_then(|rest| rest.split('/').next())
-        .unwrap_or_else(|| panic!("no address announced: {announced:?}"))
-        .to_string();
+    let served = HttpChild::start(&prog, &["hot", "6"], &[]);
+    let address = served.address.clone();
     let request = b"GET /debug/pprof/profile?seconds=1 HTTP/1.1\r\n\r\n";
     let (status, body) = http_exchange(&address, request, std::time::Duration::from_secs(60));
     assert_eq!(status, 200);
     let pb = dir.join("endpoint.pb.gz");
     std::fs::write(&pb, body).unwrap();
-    let out = child.wait_with_output().unwrap();
+    let (out, _) = served.finish();
     assert!(out.status.success());
     let mappings = pprof_mappings(&pb);
     let libc = std::fs::read_to_string("/proc/self/maps")

@@ -148,8 +148,7 @@ fn garbage_frame_pointers_are_sampled_without_a_crash() {
 #[test]
 fn setuid_programs_ignore_cpuprofile() {
     use std::os::unix::fs::PermissionsExt;
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: making a setuid program needs root (CI runs as root)");
+    if !require_root("making a setuid program") {
         return;
     }
     let dir = scratch_dir("setuid");

@@ -224,17 +224,9 @@ fn debug_file_of_another_build_is_refused() {
     assert!(stderr.contains("build-id"), "the refusal is said: {stderr}");
 }
 
-/// Whether a tool the test needs is installed; outside CI its absence skips the test.
+/// Whether a tool the test needs is installed (the skip policy: [`require_tools`]).
 fn have(tool: &str) -> bool {
-    let found = Command::new(tool).arg("--version").output().is_ok();
-    if !found {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "{tool} is not installed (CI installs it)"
-        );
-        eprintln!("skipped: {tool} is not installed");
-    }
-    found
+    require_tools(&[tool])
 }
 
 /// A debuginfod server on loopback, stopped when dropped.
@@ -375,21 +367,13 @@ fn no_network_access_without_debuginfod_urls() {
 }
 
 /// Whether libc's separate debug info (Debian's libc6-dbg) is installed, by the build-id path
-/// gdb would use; outside CI its absence skips the test.
+/// gdb would use (the skip policy: [`require_file`]).
 fn have_libc_debug_info() -> bool {
     let id = build_id(Path::new("/lib/x86_64-linux-gnu/libc.so.6"));
-    let found = Path::new("/usr/lib/debug/.build-id")
+    let debug = Path::new("/usr/lib/debug/.build-id")
         .join(&id[..2])
-        .join(format!("{}.debug", &id[2..]))
-        .is_file();
-    if !found {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "libc6-dbg is not installed (CI installs it)"
-        );
-        eprintln!("skipped: libc6-dbg is not installed");
-    }
-    found
+        .join(format!("{}.debug", &id[2..]));
+    require_file(&debug, "libc6-dbg")
 }
 
 /// The bundled demo spends about 45 % of its time inside libc (snprintf, qsort), which a

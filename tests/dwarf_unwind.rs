@@ -95,6 +95,9 @@ fn perf_flat(perf_data: &Path) -> Vec<(String, f64)> {
 
 #[test]
 fn python_stacks_are_complete_and_agree_with_perf() {
+    if !require_tools(&["perf", "/usr/bin/python3"]) {
+        return;
+    }
     let dir = scratch_dir("python");
     let script = dir.join("loop.py");
     std::fs::write(

@@ -43,37 +43,13 @@ fn behaves_the_same(mode: &str) -> Vec<PathBuf> {
 
 fn behaves_the_same_under(mode: &str, timers: &[&str]) -> Vec<PathBuf> {
     let prog = hostile();
-    let plain = run(&prog, &[mode], &[]);
-    let dir = scratch_dir(&format!("hostile-{mode}"));
-    timers
-        .iter()
-        .map(|timer| {
-            let profile = dir.join(format!("{timer}.prof"));
-            let env = [
-                ("LD_PRELOAD", lib().to_str().unwrap()),
-                ("CPUPROFILE", profile.to_str().unwrap()),
-                ("CPUPROFILE_FREQUENCY", "1000"),
-                ("CPUPROFILE_TIMER", timer),
-            ];
-            let profiled = run(&prog, &[mode], &env);
-            assert_eq!(
-                profiled.status.code(),
-                plain.status.code(),
-                "{mode} under {timer}: exit status"
-            );
-            assert_eq!(
-                profiled.status.to_string(),
-                plain.status.to_string(),
-                "{mode} under {timer}"
-            );
-            assert_eq!(
-                String::from_utf8_lossy(&profiled.stdout),
-                String::from_utf8_lossy(&plain.stdout),
-                "{mode} under {timer}: output; stderr: {}",
-                String::from_utf8_lossy(&profiled.stderr)
-            );
-            profile
-        })
+    PlainVsProfiled::new(mode, &scratch_dir(&format!("hostile-{mode}")))
+        .across("CPUPROFILE_TIMER", timers)
+        .with("CPUPROFILE_FREQUENCY", "1000")
+        .run(|run| run_program(&prog, &[mode], &run.env, &[]))
+        .profiled
+        .into_iter()
+        .map(|p| p.profile)
         .collect()
 }
 
@@ -245,16 +221,10 @@ fn a_symlink_at_the_output_path_is_not_followed() {
 
 #[test]
 fn a_full_disk_is_reported_and_the_program_runs_on() {
-    let dir = scratch_dir("fulldisk");
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=16k", "tmpfs"])
-        .arg(&dir)
-        .status();
-    if !mounted.is_ok_and(|s| s.success()) {
-        eprintln!("skipped: mounting a small tmpfs needs root (CI runs as root)");
+    let Some(disk) = FullDisk::mount("fulldisk") else {
         return;
-    }
-    let profile = dir.join("full.prof");
+    };
+    let profile = disk.path().join("full.prof");
     let prog = hostile();
     let plain = run(&prog, &["distinct"], &[]);
     let out = run(
@@ -266,7 +236,7 @@ fn a_full_disk_is_reported_and_the_program_runs_on() {
         ],
     );
     let bytes = std::fs::read(&profile).unwrap();
-    let _ = Command::new("umount").arg(&dir).status();
+    drop(disk);
     assert_eq!(out.status.code(), plain.status.code());
     assert_eq!(out.stdout, plain.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);

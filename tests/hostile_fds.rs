@@ -6,17 +6,11 @@ mod support;
 
 use cpuprof::format::Profile;
 use std::io::{BufRead, BufReader};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::process::{Output, Stdio};
 use support::*;
 
 const FREQUENCIES: &[&str] = &["100", "4000"];
-/// A program still running after this has hung; it is killed so the test fails instead.
-const HANG: Duration = Duration::from_secs(120);
 
 fn program() -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
@@ -34,23 +28,28 @@ fn program() -> PathBuf {
         .clone()
 }
 
-fn profiled(profile: &Path, frequency: &str) -> Vec<(String, String)> {
-    vec![
-        ("LD_PRELOAD".into(), lib().to_str().unwrap().into()),
-        ("CPUPROFILE".into(), profile.to_str().unwrap().into()),
-        ("CPUPROFILE_FREQUENCY".into(), frequency.into()),
-    ]
+/// Runs of `case` at each frequency, profiles in one directory.
+fn at_each_frequency(case: &str) -> PlainVsProfiled {
+    PlainVsProfiled::new(case, &scratch_dir(&format!("fds-{case}"))).across("CPUPROFILE_FREQUENCY", FREQUENCIES)
 }
 
 /// Programs that close or `dup2` over descriptors run under the default timer (POSIX CPU timers,
 /// no descriptors) and under perf events, whose descriptors are identified by event id before
-/// every use and re-armed when the program takes them.
-const TAKEOVER_RUNS: &[(&str, &str)] = &[("auto", "100"), ("auto", "4000"), ("perf", "100"), ("perf", "4000")];
+/// every use and re-armed when the program takes them; each run in a directory of its own,
+/// `fds-CASE-RUN` (`fds-CASE-plain` for the plain run), its profile there as `p.prof`.
+fn takeover_runs(case: &'static str) -> PlainVsProfiled {
+    PlainVsProfiled::new(case, &scratch_dir(&format!("fds-{case}")))
+        .across("CPUPROFILE_TIMER", &["auto", "perf"])
+        .across("CPUPROFILE_FREQUENCY", FREQUENCIES)
+        .profile_at(move |name| scratch_dir(&format!("fds-{case}-{name}")).join("p.prof"))
+}
 
-fn profiled_with_timer(profile: &Path, timer: &str, frequency: &str) -> Vec<(String, String)> {
-    let mut env = profiled(profile, frequency);
-    env.push(("CPUPROFILE_TIMER".into(), timer.into()));
-    env
+/// The directory of a [`takeover_runs`] run.
+fn run_dir(case: &str, run: &Run) -> PathBuf {
+    match &run.profile {
+        Some(profile) => profile.parent().unwrap().to_path_buf(),
+        None => scratch_dir(&format!("fds-{case}-plain")),
+    }
 }
 
 /// Asserts that the profile covers at least `seconds` of CPU time: sampling went on after the
@@ -61,95 +60,6 @@ fn assert_sampled(what: &str, profile: &Path, seconds: f64) {
     assert!(
         sampled >= seconds,
         "{what}: {sampled:.2} s sampled, want at least {seconds} s"
-    );
-}
-
-/// A command for `program args` with `env` and the soft resource limits `limits`.
-fn command(
-    program: &Path,
-    args: &[&str],
-    env: &[(String, String)],
-    limits: &[(libc::__rlimit_resource_t, u64)],
-) -> Command {
-    let mut cmd = Command::new(program);
-    cmd.args(args).envs(env.iter().map(|(k, v)| (k, v)));
-    let limits = limits.to_vec();
-    // SAFETY: only getrlimit/setrlimit, which are async-signal-safe, run between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            for &(resource, soft) in &limits {
-                let mut limit = libc::rlimit {
-                    rlim_cur: 0,
-                    rlim_max: 0,
-                };
-                libc::getrlimit(resource, &mut limit);
-                limit.rlim_cur = soft;
-                if libc::setrlimit(resource, &limit) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
-    cmd
-}
-
-/// Kills `child` if it is still running after [`HANG`]; drop the guard once it has ended.
-struct HangGuard(Arc<AtomicBool>);
-
-impl HangGuard {
-    fn watch(child: &Child) -> HangGuard {
-        let (done, pid) = (Arc::new(AtomicBool::new(false)), child.id() as i32);
-        let flag = done.clone();
-        std::thread::spawn(move || {
-            let step = Duration::from_millis(100);
-            let mut waited = Duration::ZERO;
-            while !flag.load(Ordering::Acquire) && waited < HANG {
-                std::thread::sleep(step);
-                waited += step;
-            }
-            if !flag.load(Ordering::Acquire) {
-                // SAFETY: kills our own child, which has not been reaped (the flag is unset).
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-        });
-        HangGuard(done)
-    }
-}
-
-impl Drop for HangGuard {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Release);
-    }
-}
-
-fn output(mut cmd: Command) -> Output {
-    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let _guard = HangGuard::watch(&child);
-    child.wait_with_output().unwrap()
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// Asserts that `profiled` behaved as `plain`: same exit status, same output.
-fn same_behaviour(what: &str, plain: &Output, profiled: &Output) {
-    assert_eq!(
-        profiled.status.to_string(),
-        plain.status.to_string(),
-        "{what}: exit status; stderr: {}",
-        stderr(profiled)
-    );
-    assert_eq!(
-        stdout(profiled),
-        stdout(plain),
-        "{what}: output; stderr: {}",
-        stderr(profiled)
     );
 }
 
@@ -228,15 +138,14 @@ fn signal_daemon(mode: &str, env: &[(String, String)]) -> Output {
 }
 
 fn daemon_receives_every_signal(mode: &str) {
-    let plain = signal_daemon(mode, &[]);
-    assert!(stdout(&plain).ends_with("hups 3 usr1s 3\n"), "{}", stdout(&plain));
-    let dir = scratch_dir(&format!("fds-{mode}"));
-    for frequency in FREQUENCIES {
-        let profile = dir.join(format!("{frequency}.prof"));
-        let out = signal_daemon(mode, &profiled(&profile, frequency));
-        let what = format!("{mode} at {frequency} Hz");
-        same_behaviour(&what, &plain, &out);
-        assert_complete(&what, &profile, &out);
+    let compared = at_each_frequency(mode).run(|run| signal_daemon(mode, &run.env));
+    assert!(
+        stdout(&compared.plain).ends_with("hups 3 usr1s 3\n"),
+        "{}",
+        stdout(&compared.plain)
+    );
+    for p in &compared.profiled {
+        assert_complete(&p.run.what, &p.profile, &p.out);
     }
 }
 
@@ -256,8 +165,9 @@ fn expected_file(i: usize) -> String {
 
 #[test]
 fn close_range_and_reopened_files_are_left_to_the_program() {
-    let run = |dir: &Path, env: &[(String, String)]| {
-        let out = output(command(&program(), &["closerange", dir.to_str().unwrap()], env, &[]));
+    let compared = takeover_runs("closerange").run(|run| {
+        let dir = run_dir("closerange", run);
+        let out = run_program(&program(), &["closerange", dir.to_str().unwrap()], &run.env, &[]);
         for i in 0..8 {
             let file = dir.join(format!("file{i}.txt"));
             assert_eq!(
@@ -268,107 +178,82 @@ fn close_range_and_reopened_files_are_left_to_the_program() {
             );
         }
         out
-    };
-    let plain = run(&scratch_dir("fds-closerange-plain"), &[]);
+    });
+    let plain = stdout(&compared.plain);
     assert!(
-        stdout(&plain).contains("lowest numbers: yes") && stdout(&plain).contains("files intact 8 of 8"),
-        "{}",
-        stdout(&plain)
+        plain.contains("lowest numbers: yes") && plain.contains("files intact 8 of 8"),
+        "{plain}"
     );
-    for &(timer, frequency) in TAKEOVER_RUNS {
-        let dir = scratch_dir(&format!("fds-closerange-{timer}-{frequency}"));
-        let profile = dir.join("p.prof");
-        let out = run(&dir, &profiled_with_timer(&profile, timer, frequency));
-        let what = format!("closerange under {timer} at {frequency} Hz");
-        same_behaviour(&what, &plain, &out);
-        assert_loss_reported(&what, &out, "was closed or replaced by the program");
-        assert_whole_records(&what, &std::fs::read(&profile).unwrap());
+    for p in &compared.profiled {
+        assert_loss_reported(&p.run.what, &p.out, "was closed or replaced by the program");
+        assert_whole_records(&p.run.what, &std::fs::read(&p.profile).unwrap());
     }
 }
 
 #[test]
 fn open_returns_the_lowest_free_descriptor_while_profiling() {
-    let plain = output(command(&program(), &["lowestfd"], &[], &[]));
-    assert_eq!(stdout(&plain), "lowest-free violations 0\n");
-    let dir = scratch_dir("fds-lowest");
-    for frequency in FREQUENCIES {
-        let profile = dir.join(format!("{frequency}.prof"));
-        let out = output(command(&program(), &["lowestfd"], &profiled(&profile, frequency), &[]));
-        let what = format!("lowestfd at {frequency} Hz");
-        same_behaviour(&what, &plain, &out);
-        assert_complete(&what, &profile, &out);
+    let compared = at_each_frequency("lowestfd").run(|run| run_program(&program(), &["lowestfd"], &run.env, &[]));
+    assert_eq!(stdout(&compared.plain), "lowest-free violations 0\n");
+    for p in &compared.profiled {
+        assert_complete(&p.run.what, &p.profile, &p.out);
     }
 }
 
 #[test]
 fn a_file_size_limit_ends_the_profile_cleanly() {
     const LIMIT: u64 = 64 * 1024;
-    let fsize = [(libc::RLIMIT_FSIZE, LIMIT)];
-    let plain = output(command(&program(), &["distinct", "2"], &[], &fsize));
-    assert_eq!(stdout(&plain), "distinct done\n");
-    let dir = scratch_dir("fds-fsize");
-    for frequency in FREQUENCIES {
-        let profile = dir.join(format!("{frequency}.prof"));
-        let out = output(command(
-            &program(),
-            &["distinct", "2"],
-            &profiled(&profile, frequency),
-            &fsize,
-        ));
-        let what = format!("RLIMIT_FSIZE at {frequency} Hz");
-        same_behaviour(&what, &plain, &out);
-        let bytes = std::fs::read(&profile).unwrap();
+    let fsize = [Limit::soft(libc::RLIMIT_FSIZE, LIMIT)];
+    let compared = at_each_frequency("fsize").run(|run| run_program(&program(), &["distinct", "2"], &run.env, &fsize));
+    assert_eq!(stdout(&compared.plain), "distinct done\n");
+    for p in &compared.profiled {
+        let what = &p.run.what;
+        let bytes = std::fs::read(&p.profile).unwrap();
         assert!(bytes.len() as u64 <= LIMIT, "{what}: {} bytes", bytes.len());
-        assert_whole_records(&what, &bytes);
+        assert_whole_records(what, &bytes);
         // 4000 samples a second over 4096 chains need more than 64 KiB, but on a busy machine
         // fewer signals come; a profile that fits is complete, one that does not says so.
         if Profile::parse(&bytes).is_err() {
-            assert_loss_reported(&what, &out, "File too large");
+            assert_loss_reported(what, &p.out, "File too large");
         }
     }
 }
 
 #[test]
 fn a_fifo_as_profile_path_is_refused_without_blocking() {
-    let plain = output(command(&program(), &["distinct", "0.3"], &[], &[]));
-    let dir = scratch_dir("fds-fifo");
+    // Not in the comparison's directory (`fds-fifo`), which it makes afresh.
+    let dir = scratch_dir("fds-fifo-path");
     let fifo = dir.join("fifo");
     let path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
     // SAFETY: mkfifo with a NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
-    for frequency in FREQUENCIES {
-        let out = output(command(
-            &program(),
-            &["distinct", "0.3"],
-            &profiled(&fifo, frequency),
-            &[],
-        ));
-        let what = format!("FIFO at {frequency} Hz");
-        same_behaviour(&what, &plain, &out);
-        let err = stderr(&out);
+    let compared = at_each_frequency("fifo")
+        .profile_at(move |_| fifo.clone())
+        .run(|run| run_program(&program(), &["distinct", "0.3"], &run.env, &[]));
+    for p in &compared.profiled {
+        let err = stderr(&p.out);
         assert!(
             err.contains("not a regular file") && err.contains("fifo"),
-            "{what}: {err}"
+            "{}: {err}",
+            p.run.what
         );
     }
 }
 
 #[test]
 fn a_profile_directory_deleted_while_profiling_is_reported() {
-    let plain_dir = scratch_dir("fds-rmdir-plain");
-    let plain = output(command(&program(), &["rmdir", plain_dir.to_str().unwrap()], &[], &[]));
-    assert_eq!(stdout(&plain), "rmdir ok\n");
-    for frequency in FREQUENCIES {
-        let dir = scratch_dir(&format!("fds-rmdir-{frequency}"));
-        let out = output(command(
-            &program(),
-            &["rmdir", dir.to_str().unwrap()],
-            &profiled(&dir.join("p.prof"), frequency),
-            &[],
-        ));
-        let what = format!("rmdir at {frequency} Hz");
-        same_behaviour(&what, &plain, &out);
-        assert_loss_reported(&what, &out, "deleted while profiling");
+    let compared = PlainVsProfiled::new("rmdir", &scratch_dir("fds-rmdir"))
+        .across("CPUPROFILE_FREQUENCY", FREQUENCIES)
+        .profile_at(|name| scratch_dir(&format!("fds-rmdir-{name}")).join("p.prof"))
+        .run(|run| {
+            let dir = match &run.profile {
+                Some(profile) => profile.parent().unwrap().to_path_buf(),
+                None => scratch_dir("fds-rmdir-plain"),
+            };
+            run_program(&program(), &["rmdir", dir.to_str().unwrap()], &run.env, &[])
+        });
+    assert_eq!(stdout(&compared.plain), "rmdir ok\n");
+    for p in &compared.profiled {
+        assert_loss_reported(&p.run.what, &p.out, "deleted while profiling");
     }
 }
 
@@ -378,28 +263,16 @@ fn expected_log() -> String {
 
 #[test]
 fn a_log_dup2ed_onto_low_descriptors_gets_no_profile_bytes() {
-    let plain_dir = scratch_dir("fds-dup2low-plain");
-    let plain = output(command(
-        &program(),
-        &["dup2low", plain_dir.join("log").to_str().unwrap()],
-        &[],
-        &[],
-    ));
-    for &(timer, frequency) in TAKEOVER_RUNS {
-        let dir = scratch_dir(&format!("fds-dup2low-{timer}-{frequency}"));
-        let (log, profile) = (dir.join("log"), dir.join("p.prof"));
-        let out = output(command(
-            &program(),
-            &["dup2low", log.to_str().unwrap()],
-            &profiled_with_timer(&profile, timer, frequency),
-            &[],
-        ));
-        let what = format!("dup2low under {timer} at {frequency} Hz");
-        same_behaviour(&what, &plain, &out);
+    let compared = takeover_runs("dup2low").run(|run| {
+        let log = run_dir("dup2low", run).join("log");
+        run_program(&program(), &["dup2low", log.to_str().unwrap()], &run.env, &[])
+    });
+    for p in &compared.profiled {
+        let (what, log) = (&p.run.what, p.profile.with_file_name("log"));
         assert_eq!(std::fs::read_to_string(&log).unwrap(), expected_log(), "{what}");
-        assert_complete(&what, &profile, &out);
+        assert_complete(what, &p.profile, &p.out);
         // Two threads burn ~1.4 s of CPU each, 1.2 s of it after the dup2s.
-        assert_sampled(&what, &profile, 1.0);
+        assert_sampled(what, &p.profile, 1.0);
     }
 }
 
@@ -407,28 +280,16 @@ fn a_log_dup2ed_onto_low_descriptors_gets_no_profile_bytes() {
 fn a_log_dup2ed_onto_every_descriptor_gets_no_profile_bytes_and_the_loss_is_reported() {
     // Every number up to the limit, cpuprof's included. 4096 keeps the run short whatever
     // limit the test runs with, and puts cpuprof's descriptors above FD_SETSIZE.
-    let nofile = [(libc::RLIMIT_NOFILE, 4096)];
-    let plain_dir = scratch_dir("fds-dup2all-plain");
-    let plain = output(command(
-        &program(),
-        &["dup2all", plain_dir.join("log").to_str().unwrap()],
-        &[],
-        &nofile,
-    ));
-    for &(timer, frequency) in TAKEOVER_RUNS {
-        let dir = scratch_dir(&format!("fds-dup2all-{timer}-{frequency}"));
-        let (log, profile) = (dir.join("log"), dir.join("p.prof"));
-        let out = output(command(
-            &program(),
-            &["dup2all", log.to_str().unwrap()],
-            &profiled_with_timer(&profile, timer, frequency),
-            &nofile,
-        ));
-        let what = format!("dup2all under {timer} at {frequency} Hz");
-        same_behaviour(&what, &plain, &out);
+    let nofile = [Limit::soft(libc::RLIMIT_NOFILE, 4096)];
+    let compared = takeover_runs("dup2all").run(|run| {
+        let log = run_dir("dup2all", run).join("log");
+        run_program(&program(), &["dup2all", log.to_str().unwrap()], &run.env, &nofile)
+    });
+    for p in &compared.profiled {
+        let (what, log) = (&p.run.what, p.profile.with_file_name("log"));
         assert_eq!(std::fs::read_to_string(&log).unwrap(), expected_log(), "{what}");
-        assert_loss_reported(&what, &out, "was closed or replaced by the program");
-        assert_whole_records(&what, &std::fs::read(&profile).unwrap());
+        assert_loss_reported(what, &p.out, "was closed or replaced by the program");
+        assert_whole_records(what, &std::fs::read(&p.profile).unwrap());
     }
 }
 
@@ -436,50 +297,59 @@ fn a_log_dup2ed_onto_every_descriptor_gets_no_profile_bytes_and_the_loss_is_repo
 fn a_shell_exec_3_redirect_gets_no_profile_bytes() {
     // The loop burns ~1 s of CPU after the redirection.
     let script = "exec 3>\"$1\"; i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; echo log >&3; echo out $i";
-    for &(timer, frequency) in TAKEOVER_RUNS {
-        let dir = scratch_dir(&format!("fds-bash-{timer}-{frequency}"));
-        let (log, profile) = (dir.join("log"), dir.join("p.prof"));
-        let args = ["-c", script, "bash", log.to_str().unwrap()];
-        let plain = output(command(Path::new("/bin/bash"), &args, &[], &[]));
-        assert_eq!(std::fs::read_to_string(&log).unwrap(), "log\n");
-        let env = profiled_with_timer(&profile, timer, frequency);
-        let out = output(command(Path::new("/bin/bash"), &args, &env, &[]));
-        let what = format!("bash exec 3> under {timer} at {frequency} Hz");
-        same_behaviour(&what, &plain, &out);
-        assert_eq!(std::fs::read_to_string(&log).unwrap(), "log\n", "{what}");
-        assert_complete(&what, &profile, &out);
-        assert_sampled(&what, &profile, 0.3);
+    // Each profiled run is compared with a plain run of its own, in its directory.
+    for (timer, frequency) in [("auto", "100"), ("auto", "4000"), ("perf", "100"), ("perf", "4000")] {
+        let case = format!("bash-{timer}-{frequency}");
+        let dir = scratch_dir(&format!("fds-{case}"));
+        let log = dir.join("log");
+        let compared = PlainVsProfiled::new(&format!("bash exec 3> under {timer} at {frequency} Hz"), &dir)
+            .with("CPUPROFILE_FREQUENCY", frequency)
+            .with("CPUPROFILE_TIMER", timer)
+            .profile_at({
+                let dir = dir.clone();
+                move |_| dir.join("p.prof")
+            })
+            .run(|run| {
+                let args = ["-c", script, "bash", log.to_str().unwrap()];
+                let out = run_program(Path::new("/bin/bash"), &args, &run.env, &[]);
+                assert_eq!(std::fs::read_to_string(&log).unwrap(), "log\n", "{}", run.what);
+                out
+            });
+        for p in &compared.profiled {
+            assert_complete(&p.run.what, &p.profile, &p.out);
+            assert_sampled(&p.run.what, &p.profile, 0.3);
+        }
     }
 }
 
 #[test]
 fn a_full_disk_leaves_whole_records_only() {
-    let plain = output(command(&program(), &["distinct", "1"], &[], &[]));
-    for frequency in FREQUENCIES {
-        let dir = scratch_dir(&format!("fds-fulldisk-{frequency}"));
-        let mounted = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=16k", "tmpfs"])
-            .arg(&dir)
-            .status();
-        if !mounted.is_ok_and(|s| s.success()) {
-            eprintln!("skipped: mounting a small tmpfs needs root (CI runs as root)");
-            return;
-        }
-        let profile = dir.join("p.prof");
-        let out = output(command(
-            &program(),
-            &["distinct", "1"],
-            &profiled(&profile, frequency),
-            &[],
-        ));
-        let bytes = std::fs::read(&profile).unwrap();
-        let _ = Command::new("umount").arg(&dir).status();
-        let what = format!("full disk at {frequency} Hz");
-        same_behaviour(&what, &plain, &out);
-        assert_whole_records(&what, &bytes);
+    let disks: Vec<(&str, FullDisk)> = FREQUENCIES
+        .iter()
+        .map_while(|hz| Some((*hz, FullDisk::mount(&format!("fds-fulldisk-{hz}"))?)))
+        .collect();
+    if disks.len() < FREQUENCIES.len() {
+        return;
+    }
+    let at: Vec<(String, PathBuf)> = disks
+        .iter()
+        .map(|(hz, disk)| (hz.to_string(), disk.path().join("p.prof")))
+        .collect();
+    let compared = at_each_frequency("fulldisk")
+        .profile_at(move |name| at.iter().find(|(hz, _)| hz == name).unwrap().1.clone())
+        .run(|run| run_program(&program(), &["distinct", "1"], &run.env, &[]));
+    let profiles: Vec<Vec<u8>> = compared
+        .profiled
+        .iter()
+        .map(|p| std::fs::read(&p.profile).unwrap())
+        .collect();
+    drop(disks);
+    for (p, bytes) in compared.profiled.iter().zip(&profiles) {
+        let what = &p.run.what;
+        assert_whole_records(what, bytes);
         // 4000 samples over 4096 chains need more than 16 KiB.
-        if *frequency == "4000" || Profile::parse(&bytes).is_err() {
-            assert_loss_reported(&what, &out, "No space left on device");
+        if p.run.setting("CPUPROFILE_FREQUENCY") == Some("4000") || Profile::parse(bytes).is_err() {
+            assert_loss_reported(what, &p.out, "No space left on device");
         }
     }
 }

@@ -7,8 +7,7 @@ mod support;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Output, Stdio};
-use std::sync::mpsc::{channel, Receiver};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use support::*;
 
@@ -18,69 +17,7 @@ fn victim(dir: &Path) -> PathBuf {
 }
 
 /// The victim program running with the endpoint on a free port.
-struct Served {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    /// The program's stderr, line by line (cpuprof's announcement first).
-    stderr: Receiver<String>,
-    address: String,
-}
-
-impl Served {
-    fn start(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Served {
-        let mut child = Command::new(program)
-            .args(args)
-            .env("LD_PRELOAD", lib())
-            .env("CPUPROF_HTTP", "127.0.0.1:0")
-            .envs(env.iter().copied())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = lines_of(child.stderr.take().unwrap());
-        let line = stderr.recv_timeout(Duration::from_secs(30)).unwrap();
-        let address = line
-            .split("http://")
-            .nth(1)
-            .and_then(|rest| rest.split('/').next())
-            .unwrap_or_else(|| panic!("no address announced on stderr: {line:?}"))
-            .to_string();
-        Served {
-            stdin: child.stdin.take(),
-            child,
-            stderr,
-            address,
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Closes stdin and returns the program's output, and the stderr lines not read yet.
-    fn finish(mut self) -> (Output, Vec<String>) {
-        drop(self.stdin.take());
-        let out = self.child.wait_with_output().unwrap();
-        // The reader thread ends at end of file, which has come: collect until it hangs up.
-        let rest = std::iter::from_fn(|| self.stderr.recv_timeout(Duration::from_secs(10)).ok()).collect();
-        (out, rest)
-    }
-}
-
-/// Lines of `stream`, read on a thread of their own so the program never blocks writing.
-fn lines_of(stream: impl Read + Send + 'static) -> Receiver<String> {
-    let (tx, rx) = channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stream).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
-}
+use support::HttpChild as Served;
 
 /// Everything a server sends on a new connection, up to its close.
 fn raw_answer(address: &str) -> String {

@@ -7,7 +7,6 @@ mod support;
 
 use cpuprof::format::Profile;
 use std::path::PathBuf;
-use std::process::{Command, Output};
 use support::*;
 
 const UNWINDERS: &[&str] = &["fp", "auto"];
@@ -29,54 +28,23 @@ fn stacks() -> PathBuf {
         .clone()
 }
 
-fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(stacks())
-        .args(args)
-        .envs(env.iter().copied())
-        .output()
-        .unwrap()
-}
-
 /// Runs `args` plainly and under every unwinder and frequency; asserts identical stdout and
 /// exit status and a valid profile. Returns the profiles with what each run printed on stderr.
 fn behaves_the_same(args: &[&str]) -> Vec<(Profile, String)> {
-    let plain = run(args, &[]);
-    assert!(
-        plain.status.success(),
-        "{args:?} without the profiler: {:?}",
-        plain.status
-    );
-    let dir = scratch_dir(&format!("stacks-{}", args[0]));
-    let mut profiles = Vec::new();
-    for unwinder in UNWINDERS {
-        for frequency in FREQUENCIES {
-            let what = format!("{args:?} with CPUPROFILE_UNWINDER={unwinder} at {frequency} Hz");
-            let path = dir.join(format!("{unwinder}-{frequency}.prof"));
-            let profiled = run(
-                args,
-                &[
-                    ("LD_PRELOAD", lib().to_str().unwrap()),
-                    ("CPUPROFILE", path.to_str().unwrap()),
-                    ("CPUPROFILE_FREQUENCY", frequency),
-                    ("CPUPROFILE_UNWINDER", unwinder),
-                ],
-            );
-            let stderr = String::from_utf8_lossy(&profiled.stderr).into_owned();
-            assert_eq!(
-                profiled.status.to_string(),
-                plain.status.to_string(),
-                "{what}: exit status; stderr: {stderr}"
-            );
-            assert_eq!(
-                String::from_utf8_lossy(&profiled.stdout),
-                String::from_utf8_lossy(&plain.stdout),
-                "{what}: output; stderr: {stderr}"
-            );
-            let profile = Profile::parse(&std::fs::read(&path).unwrap()).unwrap_or_else(|e| panic!("{what}: {e}"));
-            profiles.push((profile, stderr));
-        }
-    }
-    profiles
+    let prog = stacks();
+    PlainVsProfiled::new(&format!("{args:?}"), &scratch_dir(&format!("stacks-{}", args[0])))
+        .across("CPUPROFILE_UNWINDER", UNWINDERS)
+        .across("CPUPROFILE_FREQUENCY", FREQUENCIES)
+        .plain_succeeds()
+        .run(|run| run_program(&prog, args, &run.env, &[]))
+        .profiled
+        .into_iter()
+        .map(|p| {
+            let profile =
+                Profile::parse(&std::fs::read(&p.profile).unwrap()).unwrap_or_else(|e| panic!("{}: {e}", p.run.what));
+            (profile, stderr(&p.out))
+        })
+        .collect()
 }
 
 #[test]

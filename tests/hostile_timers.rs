@@ -7,9 +7,7 @@
 
 mod support;
 
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::sync::Mutex;
 use support::*;
 
@@ -34,69 +32,39 @@ fn program() -> PathBuf {
         .clone()
 }
 
-type Limits = [(libc::__rlimit_resource_t, u64)];
-
-fn run(args: &[&str], env: &[(&str, &str)], limits: &Limits) -> Output {
-    let limits = limits.to_vec();
-    let mut cmd = Command::new(program());
-    cmd.args(args).envs(env.iter().copied());
-    // SAFETY: setrlimit is async-signal-safe, as pre_exec requires.
-    unsafe {
-        cmd.pre_exec(move || {
-            for &(resource, value) in &limits {
-                let limit = libc::rlimit {
-                    rlim_cur: value,
-                    rlim_max: value,
-                };
-                if libc::setrlimit(resource, &limit) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
-    cmd.output().unwrap()
-}
-
-/// Runs `args` plainly, then profiled under each timer and frequency; compares each profiled run
-/// with the plain one through `same` (stdout of both) and returns the profiled runs' stderr.
+/// Runs `args` with `limits` (soft and hard) plainly, then profiled under each timer and
+/// frequency; compares each profiled run with the plain one through `same` (stdout of both) and
+/// returns the profiled runs as (timer, what, stderr).
 fn behaves_the_same(
     args: &[&str],
-    limits: &Limits,
+    limits: &[(libc::__rlimit_resource_t, u64)],
     timers: &[&str],
-    same: impl Fn(&str, &str) -> bool,
-) -> Vec<(String, String)> {
+    same: impl Fn(&str, &str) -> bool + 'static,
+) -> Vec<(String, String, String)> {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let plain = run(args, &[], limits);
-    assert!(plain.status.success(), "{args:?} without the profiler: {plain:?}");
-    let plain_out = String::from_utf8_lossy(&plain.stdout).to_string();
-    let dir = scratch_dir(&format!("timer-hazards-{}", args.join("-")));
-    let mut stderrs = Vec::new();
-    for timer in timers {
-        for hz in FREQUENCIES {
-            let profile = dir.join(format!("{timer}-{hz}.prof"));
-            let env = [
-                ("LD_PRELOAD", lib().to_str().unwrap()),
-                ("CPUPROFILE", profile.to_str().unwrap()),
-                ("CPUPROFILE_FREQUENCY", hz),
-                ("CPUPROFILE_TIMER", timer),
-            ];
-            let profiled = run(args, &env, limits);
-            let (out, err) = (
-                String::from_utf8_lossy(&profiled.stdout).to_string(),
-                String::from_utf8_lossy(&profiled.stderr).to_string(),
-            );
-            let what = format!("{args:?} under {timer} at {hz} Hz");
-            assert_eq!(profiled.status.to_string(), plain.status.to_string(), "{what}: {err}");
-            assert!(
-                same(&plain_out, &out),
-                "{what}: output {out:?}, without the profiler {plain_out:?}; {err}"
-            );
-            assert_valid(&profile, args[0] == "sandboxed");
-            stderrs.push((what, err));
-        }
-    }
-    stderrs
+    let limits: Vec<Limit> = limits
+        .iter()
+        .map(|&(resource, value)| Limit::both(resource, value))
+        .collect();
+    let prog = program();
+    let compared = PlainVsProfiled::new(
+        &format!("{args:?}"),
+        &scratch_dir(&format!("timer-hazards-{}", args.join("-"))),
+    )
+    .across("CPUPROFILE_TIMER", timers)
+    .across("CPUPROFILE_FREQUENCY", FREQUENCIES)
+    .plain_succeeds()
+    .stdout_same_if(same)
+    .run(|run| run_program(&prog, args, &run.env, &limits));
+    compared
+        .profiled
+        .into_iter()
+        .map(|p| {
+            assert_valid(&p.profile, args[0] == "sandboxed");
+            let timer = p.run.setting("CPUPROFILE_TIMER").unwrap().to_string();
+            (timer, p.run.what, stderr(&p.out))
+        })
+        .collect()
 }
 
 /// `exec`: the process exec'd itself at once, so the profile that counts is the new image's
@@ -144,7 +112,7 @@ fn a_low_descriptor_limit_is_left_to_the_program() {
                     && (opened(plain) - opened(profiled)) <= 4
             },
         );
-        for (what, err) in stderrs.iter().filter(|(w, _)| w.contains("perf")) {
+        for (_, what, err) in stderrs.iter().filter(|(timer, _, _)| timer == "perf") {
             assert!(err.contains("no descriptor numbers to spare"), "{what}: {err}");
         }
     }
@@ -161,7 +129,7 @@ fn thousands_of_threads_leave_select_its_low_descriptors() {
         &["auto", "perf"],
         identical,
     );
-    for (what, err) in stderrs.iter().filter(|(w, _)| w.contains("perf")) {
+    for (_, what, err) in stderrs.iter().filter(|(timer, _, _)| timer == "perf") {
         assert!(err.contains("budget spent"), "{what}: {err}");
     }
 }
@@ -179,7 +147,7 @@ fn a_full_realtime_signal_queue_kills_nothing() {
         &["auto", "itimer"],
         identical,
     );
-    for (what, err) in stderrs.iter().filter(|(w, _)| w.contains("auto")) {
+    for (_, what, err) in stderrs.iter().filter(|(timer, _, _)| timer == "auto") {
         assert!(
             err.contains("threads were not sampled"),
             "{what}: the unsampled threads are reported: {err}"
@@ -194,7 +162,7 @@ fn a_seccomp_filter_that_kills_perf_event_open_is_respected() {
     // gives filtered threads POSIX timers instead and says why.
     for mode in ["seccomp", "sandboxed"] {
         let stderrs = behaves_the_same(&[mode], &[], &["auto", "perf"], identical);
-        for (what, err) in stderrs.iter().filter(|(w, _)| w.contains("perf")) {
+        for (_, what, err) in stderrs.iter().filter(|(timer, _, _)| timer == "perf") {
             assert!(err.contains("seccomp filter"), "{what}: {err}");
         }
     }
@@ -211,13 +179,13 @@ fn a_descriptor_limit_lowered_after_start_gives_new_threads_posix_timers() {
     let dir = scratch_dir("timer-hazards-lowerlimit");
     for hz in FREQUENCIES {
         let profile = dir.join(format!("perf-{hz}.prof"));
-        let env = [
-            ("LD_PRELOAD", lib().to_str().unwrap()),
-            ("CPUPROFILE", profile.to_str().unwrap()),
-            ("CPUPROFILE_FREQUENCY", hz),
-            ("CPUPROFILE_TIMER", "perf"),
-        ];
-        let out = run(&["lowerlimit", "256"], &env, &[(libc::RLIMIT_NOFILE, 4096)]);
+        let env = profiler_env(&profile, &[("CPUPROFILE_FREQUENCY", hz), ("CPUPROFILE_TIMER", "perf")]);
+        let out = run_program(
+            &program(),
+            &["lowerlimit", "256"],
+            &env,
+            &[Limit::both(libc::RLIMIT_NOFILE, 4096)],
+        );
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{hz} Hz: {out:?}");
         assert!(

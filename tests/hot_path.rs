@@ -148,6 +148,9 @@ fn calls_in_window(trace: &str, tid: &str) -> BTreeMap<String, u64> {
 
 #[test]
 fn handler_path_makes_only_the_timers_system_calls() {
+    if !require_tools(&["strace"]) {
+        return;
+    }
     let dir = scratch_dir("hot_path_strace");
     let prog = compile_c(
         &dir,

@@ -8,20 +8,23 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use support::*;
 
 const FLAGS: &[&str] = &["-O2", "-fno-omit-frame-pointer"];
 
 /// The known-answer program, working until its stdin closes, with the endpoint on a free port.
-struct Server {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    address: String,
+struct Server(HttpChild);
+
+impl std::ops::Deref for Server {
+    type Target = HttpChild;
+    fn deref(&self) -> &HttpChild {
+        &self.0
+    }
 }
 
 impl Server {
@@ -32,37 +35,8 @@ impl Server {
     }
 
     fn run(program: &Path, args: &[&str], extra_env: &[(&str, &str)]) -> Server {
-        let mut child = Command::new(program)
-            .args(args)
-            .env("LD_PRELOAD", lib())
-            .env("CPUPROF_HTTP", "127.0.0.1:0")
-            .env("CPUPROFILE_FREQUENCY", "1000")
-            .envs(extra_env.iter().copied())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
-        stderr.read_line(&mut line).unwrap();
-        let address = line
-            .split("http://")
-            .nth(1)
-            .and_then(|rest| rest.split('/').next())
-            .unwrap_or_else(|| panic!("no address announced on stderr: {line:?}"))
-            .to_string();
-        // Keep draining stderr so the program never blocks on it.
-        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-        Server {
-            stdin: child.stdin.take(),
-            child,
-            address,
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.address)
+        let env = [&[("CPUPROFILE_FREQUENCY", "1000")][..], extra_env].concat();
+        Server(HttpChild::start(program, args, &env))
     }
 
     /// Threads and open descriptors of the program.
@@ -73,9 +47,8 @@ impl Server {
     }
 
     /// Closes stdin and returns the program's output, asserting a clean exit.
-    fn finish(mut self) -> String {
-        drop(self.stdin.take());
-        let out = self.child.wait_with_output().unwrap();
+    fn finish(self) -> String {
+        let (out, _) = self.0.finish();
         assert!(out.status.success(), "the program failed: {:?}", out.status);
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
@@ -303,28 +276,6 @@ fn programs_it_runs_inherit_the_endpoint_and_wait_quietly() {
     }
 }
 
-/// The address in cpuprof's "serving profiles on http://ADDRESS/..." line.
-fn address_in(line: &str) -> String {
-    line.split("http://")
-        .nth(1)
-        .and_then(|rest| rest.split('/').next())
-        .unwrap_or_else(|| panic!("no address announced: {line:?}"))
-        .to_string()
-}
-
-/// The lines `reader` gives, as they come.
-fn lines_of(reader: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
-    let (send, receive) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(reader).lines().map_while(Result::ok) {
-            if send.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    receive
-}
-
 /// Processes a test started but does not wait for (a launcher's grandchildren, forked
 /// workers): killed if the test ends before they do.
 struct KillOnDrop(Vec<u32>);
@@ -396,19 +347,15 @@ fn reach_process(address: &str, pid: u32, limit: Duration) -> (u32, Vec<String>)
 #[test]
 fn a_single_process_names_itself_in_every_answer() {
     // An idle program: the tests beside this one need the CPU.
-    let mut child = Command::new("sleep")
-        .arg("60")
-        .env("LD_PRELOAD", lib())
-        .env("CPUPROF_HTTP", "127.0.0.1:0")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let HttpChild {
+        mut child,
+        announced,
+        address,
+        ..
+    } = HttpChild::start(Path::new("sleep"), &["60"], &[]);
     let _leftover = KillOnDrop(vec![child.id()]);
-    let stderr = lines_of(child.stderr.take().unwrap());
-    let announced = stderr.recv_timeout(Duration::from_secs(30)).unwrap();
     // As before: the process started serves, and says so without a pid.
     assert!(announced.ends_with("/debug/pprof/profile"), "{announced}");
-    let address = address_in(&announced);
     let (status, pid, body) = reach(&address, "/pprof/cmdline", Duration::from_secs(10)).unwrap();
     assert_eq!((status, pid), (200, Some(child.id())));
     assert_eq!(String::from_utf8_lossy(&body), "sleep\n60\n");
@@ -422,20 +369,14 @@ fn a_single_process_names_itself_in_every_answer() {
 fn the_endpoint_moves_from_a_launcher_to_the_server_it_started() {
     let dir = scratch_dir("http_launcher");
     let launcher = compile_c(&dir, "launcher.c", "launcher", FLAGS, false);
-    let mut child = Command::new(&launcher)
-        .args(["launch", "1"])
-        .env("LD_PRELOAD", lib())
-        .env("CPUPROF_HTTP", "127.0.0.1:0")
-        .env("CPUPROFILE_FREQUENCY", "1000")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = lines_of(child.stderr.take().unwrap());
+    let HttpChild {
+        mut child,
+        stdin,
+        stderr,
+        announced,
+        address,
+    } = HttpChild::start(&launcher, &["launch", "1"], &[("CPUPROFILE_FREQUENCY", "1000")]);
     let stdout = lines_of(child.stdout.take().unwrap());
-    let announced = stderr.recv_timeout(Duration::from_secs(30)).unwrap();
-    let address = address_in(&announced);
     let server: u32 = stdout
         .recv_timeout(Duration::from_secs(30))
         .unwrap()
@@ -443,8 +384,8 @@ fn the_endpoint_moves_from_a_launcher_to_the_server_it_started() {
         .and_then(|p| p.parse().ok())
         .expect("server PID");
     let _leftover = KillOnDrop(vec![server]);
-    // The server works until its standard input closes (`wait` would close it).
-    let stdin = child.stdin.take();
+    // The server works until its standard input closes (`wait` would close it): `stdin` is
+    // held until the end.
     // The launcher holds the port for a second, then exits; the server (through `sh -c exec`)
     // waited on standby meanwhile.
     assert!(child.wait().unwrap().success());
@@ -501,18 +442,14 @@ fn holds_socket(pid: u32, inode: u64) -> bool {
 fn a_prefork_servers_workers_neither_keep_nor_take_the_port() {
     let dir = scratch_dir("http_prefork");
     let launcher = compile_c(&dir, "launcher.c", "launcher", FLAGS, false);
-    let mut parent = Command::new(&launcher)
-        .arg("prefork")
-        .env("LD_PRELOAD", lib())
-        .env("CPUPROF_HTTP", "127.0.0.1:0")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = lines_of(parent.stderr.take().unwrap());
+    let HttpChild {
+        child: mut parent,
+        stdin,
+        stderr,
+        address,
+        ..
+    } = HttpChild::start(&launcher, &["prefork"], &[]);
     let stdout = lines_of(parent.stdout.take().unwrap());
-    let address = address_in(&stderr.recv_timeout(Duration::from_secs(30)).unwrap());
     let mut workers = Vec::new();
     while workers.len() < 2 {
         let line = stdout.recv_timeout(Duration::from_secs(30)).unwrap();
@@ -533,7 +470,6 @@ fn a_prefork_servers_workers_neither_keep_nor_take_the_port() {
 
     // The parent dies; its workers run on and nobody answers, then or after the workers
     // would have retried (they never do: forked children do not wait for the port).
-    let stdin = parent.stdin.take();
     parent.kill().unwrap();
     parent.wait().unwrap();
     for pause in [

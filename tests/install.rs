@@ -17,24 +17,9 @@ const FLAGS: &[&str] = &["-O2", "-g", "-fno-omit-frame-pointer"];
 /// CPU seconds of hot_b; hot_a burns three times as much.
 const UNIT: &str = "0.3";
 
-/// Whether the tools these tests need are installed; outside CI their absence skips the tests,
-/// in CI (which installs them: .ci/run) it fails them.
+/// Whether the tools these tests need are installed (the skip policy: [`require_tools`]).
 fn tools_present() -> bool {
-    static PRESENT: OnceLock<bool> = OnceLock::new();
-    *PRESENT.get_or_init(|| {
-        let missing: Vec<&str> = ["make", "pkg-config", "cc", "g++", "readelf", "nm", "google-pprof"]
-            .into_iter()
-            .filter(|tool| Command::new(tool).arg("--version").output().is_err())
-            .collect();
-        if !missing.is_empty() {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "{missing:?} not installed (CI installs them)"
-            );
-            eprintln!("skipped: {missing:?} not installed");
-        }
-        missing.is_empty()
-    })
+    require_tools(&["make", "pkg-config", "cc", "g++", "readelf", "nm", "google-pprof"])
 }
 
 /// The library's version, from its crate (what the installed file name carries).

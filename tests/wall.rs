@@ -402,14 +402,12 @@ fn the_sentinel_aborts_when_a_blocked_call_is_interrupted() {
 /// after starting one thread and starts three more (issue 24: `memcached -u memcache`).
 /// `None` (the test is skipped, with a message) unless running as root with a `nobody` user.
 fn privdrop_program(dir: &Path) -> Option<std::path::PathBuf> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: dropping privileges needs a test run as root");
+    if !require_root("dropping privileges") {
         return None;
     }
     // SAFETY: a constant NUL-terminated name; the result is only compared with NULL.
     if unsafe { libc::getpwnam(c"nobody".as_ptr()) }.is_null() {
-        eprintln!("skipped: no user 'nobody' to drop to");
+        skip("no user 'nobody' to drop to");
         return None;
     }
     Some(compile_c(dir, "wall_privdrop.c", "wall_privdrop", &["-O2"], false))

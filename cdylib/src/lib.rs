@@ -642,15 +642,66 @@ pub unsafe extern "C" fn ProfilerGetCurrentState(state: *mut ProfilerState) {
 /// handler) into `result`, skipping `skip_count` frames; returns the number stored.
 /// Async-signal-safe.
 ///
+/// Naked: the walk starts from the caller's registers as they are at the call (return address,
+/// stack pointer, frame pointer), read before any code of this library runs. A library built
+/// without frame pointers uses rbp (x29) for anything, so registers read later, inside a Rust
+/// function, would start the walk from whatever it put there.
+///
 /// # Safety
 /// `result` has room for `max_depth` pointers; `uc` is NULL or a valid `ucontext_t`.
+#[unsafe(naked)]
 #[no_mangle]
-#[inline(never)]
 pub unsafe extern "C" fn ProfilerGetStackTrace(
     result: *mut *mut c_void,
     max_depth: c_int,
     skip_count: c_int,
     uc: *const c_void,
+) -> c_int {
+    // Arguments 5 and 6 (7): where the return address is and the caller's rbp; on aarch64 the
+    // return address, the stack pointer and the caller's x29.
+    #[cfg(target_arch = "x86_64")]
+    core::arch::naked_asm!("mov r8, rsp", "mov r9, rbp", "jmp {}", sym stack_trace_from_call);
+    #[cfg(target_arch = "aarch64")]
+    core::arch::naked_asm!("mov x4, x30", "mov x5, sp", "mov x6, x29", "b {}", sym stack_trace_from_call);
+}
+
+/// [`ProfilerGetStackTrace`] with the caller's registers at the call: `at_call` is the stack
+/// pointer at the call instruction's target (the return address on top).
+#[cfg(target_arch = "x86_64")]
+unsafe extern "C" fn stack_trace_from_call(
+    result: *mut *mut c_void,
+    max_depth: c_int,
+    skip_count: c_int,
+    uc: *const c_void,
+    at_call: *const u64,
+    fp: u64,
+) -> c_int {
+    let caller = unwind::Registers::new(*at_call, at_call as u64 + 8, fp);
+    stack_trace(result, max_depth, skip_count, uc, caller)
+}
+
+/// [`ProfilerGetStackTrace`] with the caller's registers at the call.
+#[cfg(target_arch = "aarch64")]
+unsafe extern "C" fn stack_trace_from_call(
+    result: *mut *mut c_void,
+    max_depth: c_int,
+    skip_count: c_int,
+    uc: *const c_void,
+    pc: u64,
+    sp: u64,
+    fp: u64,
+) -> c_int {
+    stack_trace(result, max_depth, skip_count, uc, unwind::Registers::new(pc, sp, fp))
+}
+
+/// The walk of [`ProfilerGetStackTrace`]: from `uc` if given, else from `caller`, the caller's
+/// registers at the call.
+unsafe fn stack_trace(
+    result: *mut *mut c_void,
+    max_depth: c_int,
+    skip_count: c_int,
+    uc: *const c_void,
+    caller: unwind::Registers,
 ) -> c_int {
     let (Ok(max_depth), Ok(skip)) = (usize::try_from(max_depth), usize::try_from(skip_count)) else {
         return 0;
@@ -658,11 +709,10 @@ pub unsafe extern "C" fn ProfilerGetStackTrace(
     if result.is_null() || max_depth == 0 {
         return 0;
     }
-    // Called directly, the walk starts inside this function: its own frame is skipped too.
-    let (regs, skip) = if uc.is_null() {
-        (cpuprof_core::sampler::calling_registers(), skip + 1)
+    let regs = if uc.is_null() {
+        caller
     } else {
-        (cpuprof_core::sampler::interrupted_registers(uc), skip)
+        cpuprof_core::sampler::interrupted_registers(uc)
     };
     let top = THREAD_STACKS.vouched_top(unwind::thread_pointer(), regs.sp);
     let mut frames = [0u64; 256];

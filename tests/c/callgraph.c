@@ -9,20 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
-#include "cpu_deadline.h"
+#define BURN_ROUNDS
+#include "common.h"
 
 static volatile unsigned long sink;
 
 /* Inlined into each function, so the samples land in the function itself. */
-__attribute__((always_inline)) static inline unsigned long burn(unsigned long n) {
-  unsigned long x = n;
-  for (unsigned long i = 0; i < n; i++) {
-    x = x * 6364136223846793005UL + i;
-    __asm__ volatile("" : "+r"(x));
-  }
-  return x;
-}
-
 /* The asm after each call keeps it from being a tail call, so the caller stays on the stack. */
 __attribute__((noinline)) void c(unsigned long n) { sink += burn(n); }
 

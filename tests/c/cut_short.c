@@ -18,20 +18,12 @@
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
-#include "cpu_deadline.h"
+#define BURN_ROUNDS
+#include "common.h"
 #include <unistd.h>
 
 static volatile unsigned long sink;
 static volatile sig_atomic_t own_signals;
-
-__attribute__((always_inline)) static inline unsigned long burn(unsigned long n) {
-  unsigned long x = n;
-  for (unsigned long i = 0; i < n; i++) {
-    x = x * 6364136223846793005UL + i;
-    __asm__ volatile("" : "+r"(x));
-  }
-  return x;
-}
 
 __attribute__((noinline)) void hot_a(unsigned long n) { sink += burn(3 * n); }
 __attribute__((noinline)) void hot_b(unsigned long n) { sink += burn(n); }

@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 #include <sys/time.h>
 #include <time.h>
+#include "common.h"
 
 #define STACK_SIZE (256 * 1024)
 #define PATTERN 0xA5
@@ -24,12 +25,6 @@ static double seconds = 2.0;
 static int compare(const void *a, const void *b) {
   unsigned x = *(const unsigned *)a, y = *(const unsigned *)b;
   return (x > y) - (x < y);
-}
-
-static double thread_cpu(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 static void *sort_for_a_while(void *arg) {

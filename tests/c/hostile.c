@@ -28,21 +28,11 @@
 #include <poll.h>
 #include <time.h>
 #include <unistd.h>
+#define BURN_SECONDS
+#include "common.h"
 
 extern char **environ;
 static volatile unsigned long sink;
-
-static double thread_cpu(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-__attribute__((noinline)) static void burn(double seconds) {
-  double end = thread_cpu() + seconds;
-  while (thread_cpu() < end)
-    for (int i = 0; i < 10000; i++) sink = sink * 31 + i;
-}
 
 static void *burn_thread(void *arg) {
   burn(*(double *)arg);

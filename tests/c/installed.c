@@ -13,7 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "cpu_deadline.h"
+#define BURN_ROUNDS
+#include "common.h"
 #ifndef AUTOSTART_ONLY
 #include <gperftools/profiler.h>
 #ifdef __cplusplus
@@ -32,15 +33,6 @@
 static volatile unsigned long sink;
 
 /* Inlined, so that the samples land in hot_a and hot_b themselves (as in hot.c). */
-__attribute__((always_inline)) static inline unsigned long burn(unsigned long n) {
-  unsigned long x = n;
-  for (unsigned long i = 0; i < n; i++) {
-    x = x * 6364136223846793005UL + i;
-    __asm__ volatile("" : "+r"(x));
-  }
-  return x;
-}
-
 /* Rounds of varying length (no period for a tick-driven timer to fall into step with) until
  * `seconds` of this thread's CPU time have passed. */
 static void burn_for(double seconds, unsigned long seed) {

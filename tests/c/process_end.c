@@ -31,15 +31,10 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "common.h"
 
 extern char **environ;
 static volatile unsigned long sink;
-
-static double thread_cpu(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 #define BURNER(name)                                   \
   __attribute__((noinline)) static void name(double s) { \

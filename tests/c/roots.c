@@ -9,14 +9,9 @@
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <time.h>
+#include "common.h"
 
 static double seconds;
-
-static double thread_cpu(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 __attribute__((noinline)) static unsigned long burn(void) {
   volatile unsigned long x = 0;

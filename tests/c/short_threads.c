@@ -13,16 +13,11 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include "common.h"
 
 static double share;
 static pthread_mutex_t sum_lock = PTHREAD_MUTEX_INITIALIZER;
 static double threads_cpu;
-
-static double thread_cpu(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 __attribute__((noinline)) static void short_work(void) {
   volatile unsigned long x = 0;

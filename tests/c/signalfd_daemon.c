@@ -29,26 +29,15 @@
 #include <sys/signalfd.h>
 #include <time.h>
 #include <unistd.h>
+#define BURN_SECONDS
+#include "common.h"
 #ifdef USE_API
 #include <gperftools/profiler.h>
 #endif
 
 #define SIGNALS 40
 
-static volatile unsigned long sink;
 static sem_t taken, worker_done;
-
-static double thread_cpu(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-__attribute__((noinline)) static void burn(double seconds) {
-  double end = thread_cpu() + seconds;
-  while (thread_cpu() < end)
-    for (int i = 0; i < 10000; i++) sink = sink * 31 + i;
-}
 
 __attribute__((noinline)) static void worker_compute(void) { burn(0.1); }
 

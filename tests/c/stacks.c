@@ -20,24 +20,13 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+#define BURN_SECONDS
+#include "common.h"
 
 #define PAGE 4096
 #define WORKERS 3
 
-static volatile unsigned long sink;
 static double seconds = 1.0;
-
-static double thread_cpu(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-__attribute__((noinline)) static void burn(double s) {
-  double end = thread_cpu() + s;
-  while (thread_cpu() < end)
-    for (int i = 0; i < 10000; i++) sink = sink * 31 + i;
-}
 
 /* munmap: the workers' stacks and the churned pages share one reservation, stacks below, so
  * the fake frames lie above each worker's SP and within the span a frame walk follows. */

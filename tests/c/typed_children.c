@@ -11,19 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include "cpu_deadline.h"
+#define BURN_ROUNDS
+#include "common.h"
 #include <unistd.h>
 
 static volatile unsigned long sink;
-
-__attribute__((always_inline)) static inline unsigned long burn(unsigned long n) {
-  unsigned long x = n;
-  for (unsigned long i = 0; i < n; i++) {
-    x = x * 6364136223846793005UL + i;
-    __asm__ volatile("" : "+r"(x));
-  }
-  return x;
-}
 
 __attribute__((noinline)) void work_browser(unsigned long n) { sink += burn(n); }
 __attribute__((noinline)) void work_a(unsigned long n) { sink += burn(n); }

@@ -1,7 +1,21 @@
 //! Shared helpers for end-to-end tests: build libcpuprof.so and the cpuprof CLI, compile C
 //! workloads, run programs under the profiler, and read profiles with our reader and with the
-//! real ones (google-pprof, go tool pprof).
+//! real ones (google-pprof, go tool pprof). The skip policy is in `skip.rs`, plain-against-profiled
+//! runs and a full disk in `compare.rs`, a program serving the HTTP endpoint in `http_child.rs`;
+//! tests/README.md says which to use where.
 #![allow(dead_code)] // each test binary uses a different subset
+
+mod compare;
+mod http_child;
+mod skip;
+
+// Each test binary uses some of them.
+#[allow(unused_imports)]
+pub use compare::*;
+#[allow(unused_imports)]
+pub use http_child::*;
+#[allow(unused_imports)]
+pub use skip::*;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -138,7 +152,7 @@ pub fn run_ok(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
         .args(args)
         .envs(env.iter().copied())
         .output()
-        .unwrap();
+        .unwrap_or_else(|e| panic!("{}: {e} (.ci/run installs what the tests run)", program.display()));
     assert!(
         out.status.success(),
         "{} {:?} failed: {:?}\nstdout: {}\nstderr: {}",
