@@ -1,12 +1,24 @@
 //! `diff`'s table: the significant rows and the largest other changes, each with its intervals.
 
-use crate::analysis::diff::{Effect, Options, Report};
+use crate::analysis::diff::{Effect, Options, Report, Row};
 use std::fmt::Write;
 
 impl Report {
     /// The report: the significant rows and the largest other changes, each with its intervals.
     pub fn render(&self, opts: Options) -> String {
         let mut out = format!("{}\n", self.header);
+        let factor = self.heading(opts, &mut out);
+        let shown = self.significant().count() + opts.rows;
+        for r in self.rows.iter().take(shown) {
+            row(r, factor, &mut out);
+        }
+        self.footing(opts, &mut out);
+        out
+    }
+
+    /// The lines above the rows: how changes are judged, and the columns. Returns the factor
+    /// from seconds to the time columns' unit.
+    fn heading(&self, opts: Options, out: &mut String) -> f64 {
         let level = 100.0 * opts.confidence;
         let what = if opts.cumulative { "cumulative" } else { "flat (self)" };
         let time_what = if self.per_unit {
@@ -41,33 +53,12 @@ impl Report {
             format!("change [interval] {unit}"),
             "settle"
         );
-        let shown = self.significant().count() + opts.rows;
-        for r in self.rows.iter().take(shown) {
-            let mark = |e: &Effect| if e.significant { '*' } else { ' ' };
-            let t = |v: f64| v * factor;
-            let settle = match r.settle {
-                Some(k) if k > 1000.0 => ">1000x".to_string(),
-                Some(k) if k > 1.0 => format!("{k:.1}x"),
-                _ => "-".to_string(),
-            };
-            let _ = writeln!(
-                out,
-                "{:>6.1}% {:>6.1}% {:>+7.1} [{:>+6.1}, {:>+6.1}]{}  {:>8.3} {:>8.3} {:>+8.3} [{:>+7.3}, {:>+7.3}]{}  {settle:>7}  {}",
-                r.share.before,
-                r.share.after,
-                r.share.change(),
-                r.share.low,
-                r.share.high,
-                mark(&r.share),
-                t(r.time.before),
-                t(r.time.after),
-                t(r.time.change()),
-                t(r.time.low),
-                t(r.time.high),
-                mark(&r.time),
-                r.function
-            );
-        }
+        factor
+    }
+
+    /// The lines below the rows: what is significant, what would settle the rest, and how far
+    /// the times can be trusted.
+    fn footing(&self, opts: Options, out: &mut String) {
         let marked: Vec<String> = self
             .significant()
             .map(|r| {
@@ -114,8 +105,36 @@ impl Report {
                     .map_or("from nothing".to_string(), |g| format!("{g:+.1}%"))
             );
         }
-        out
     }
+}
+
+/// One function's row: shares and times before and after, each change with its interval and
+/// `*` when significant, and what would settle it.
+fn row(r: &Row, factor: f64, out: &mut String) {
+    let mark = |e: &Effect| if e.significant { '*' } else { ' ' };
+    let t = |v: f64| v * factor;
+    let settle = match r.settle {
+        Some(k) if k > 1000.0 => ">1000x".to_string(),
+        Some(k) if k > 1.0 => format!("{k:.1}x"),
+        _ => "-".to_string(),
+    };
+    let _ = writeln!(
+        out,
+        "{:>6.1}% {:>6.1}% {:>+7.1} [{:>+6.1}, {:>+6.1}]{}  {:>8.3} {:>8.3} {:>+8.3} [{:>+7.3}, {:>+7.3}]{}  {settle:>7}  {}",
+        r.share.before,
+        r.share.after,
+        r.share.change(),
+        r.share.low,
+        r.share.high,
+        mark(&r.share),
+        t(r.time.before),
+        t(r.time.after),
+        t(r.time.change()),
+        t(r.time.low),
+        t(r.time.high),
+        mark(&r.time),
+        r.function
+    );
 }
 
 /// The unit the time columns are printed in, for values up to `scale` seconds.

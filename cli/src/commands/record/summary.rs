@@ -40,75 +40,13 @@ pub(super) fn summarise(files: &[(PathBuf, u32)], command: &[String], count: usi
         eprintln!("cpuprof: no profile was written");
         return;
     }
-    let first_program = resolve(&command[0]);
-    let mut written = Vec::new();
-    for (i, (path, pid)) in files.iter().enumerate() {
-        // The first process is the command itself: its executable places a profile cut short.
-        let locator = Locator {
-            binaries: if i == 0 {
-                first_program.clone().into_iter().collect()
-            } else {
-                Vec::new()
-            },
-            ..Locator::default()
-        };
-        let Ok(bytes) = std::fs::read(path) else { continue };
-        match crate::input::raw::read(path, &bytes, &locator) {
-            Ok(profile) => {
-                let program = executable(&profile).map(|e| (e.path.clone(), e.inode));
-                let given = (i == 0).then_some(command[0].as_str());
-                let (name, kind, description) = identify(&profile, program.as_ref().map(|p| p.0.as_str()), given);
-                written.push(Written {
-                    path: path.clone(),
-                    pid: *pid,
-                    command: i == 0,
-                    program,
-                    name,
-                    kind,
-                    description,
-                    profile,
-                });
-            }
-            Err(e) => eprintln!("cpuprof: {e}"),
-        }
-    }
-    // Among processes of an executable some of which have a type, one without is the browser.
-    let typed: Vec<Option<(String, u64)>> = written
-        .iter()
-        .filter(|w| w.kind.is_some())
-        .map(|w| w.program.clone())
-        .collect();
-    for w in written.iter_mut().filter(|w| w.kind.is_none() && w.program.is_some()) {
-        if typed.contains(&w.program) {
-            w.kind = Some("browser".to_string());
-            w.description = format!("{} (browser)", w.name);
-        }
-    }
-    // Groups of indices into `written`, each one report.
-    let mut groups: Vec<Vec<usize>> = Vec::new();
-    match merge_mode {
-        MergeMode::All => groups.push((0..written.len()).collect()),
-        MergeMode::None => groups.extend((0..written.len()).map(|i| vec![i])),
-        MergeMode::Auto => {
-            let mut by_program: HashMap<(&(String, u64), Option<&str>), usize> = HashMap::new();
-            for (i, w) in written.iter().enumerate() {
-                match &w.program {
-                    Some(p) => match by_program.get(&(p, w.kind.as_deref())) {
-                        Some(&g) => groups[g].push(i),
-                        None => {
-                            by_program.insert((p, w.kind.as_deref()), groups.len());
-                            groups.push(vec![i]);
-                        }
-                    },
-                    None => groups.push(vec![i]),
-                }
-            }
-        }
-    }
+    let mut written = read_written(files, command);
+    name_browsers(&mut written);
     let samples = |i: usize| written[i].profile.total_samples();
     let total = |g: &[usize]| -> u64 { g.iter().map(|&i| samples(i)).sum() };
     // The command's process first, then by samples (most first), in each group and of groups.
     let order = |&i: &usize| (!written[i].command, std::cmp::Reverse(samples(i)), written[i].pid);
+    let mut groups = group(&written, merge_mode);
     for g in &mut groups {
         g.sort_by_key(order);
     }
@@ -150,6 +88,83 @@ pub(super) fn summarise(files: &[(PathBuf, u32)], command: &[String], count: usi
     for (group, label) in reports {
         report_group(&written, group, label, count, html);
     }
+}
+
+/// The profiles written, read and identified; one that cannot be read is reported.
+fn read_written(files: &[(PathBuf, u32)], command: &[String]) -> Vec<Written> {
+    let first_program = resolve(&command[0]);
+    let mut written = Vec::new();
+    for (i, (path, pid)) in files.iter().enumerate() {
+        // The first process is the command itself: its executable places a profile cut short.
+        let locator = Locator {
+            binaries: if i == 0 {
+                first_program.clone().into_iter().collect()
+            } else {
+                Vec::new()
+            },
+            ..Locator::default()
+        };
+        let Ok(bytes) = std::fs::read(path) else { continue };
+        match crate::input::raw::read(path, &bytes, &locator) {
+            Ok(profile) => {
+                let program = executable(&profile).map(|e| (e.path.clone(), e.inode));
+                let given = (i == 0).then_some(command[0].as_str());
+                let (name, kind, description) = identify(&profile, program.as_ref().map(|p| p.0.as_str()), given);
+                written.push(Written {
+                    path: path.clone(),
+                    pid: *pid,
+                    command: i == 0,
+                    program,
+                    name,
+                    kind,
+                    description,
+                    profile,
+                });
+            }
+            Err(e) => eprintln!("cpuprof: {e}"),
+        }
+    }
+    written
+}
+
+/// Among processes of an executable some of which have a type, one without is the browser.
+fn name_browsers(written: &mut [Written]) {
+    let typed: Vec<Option<(String, u64)>> = written
+        .iter()
+        .filter(|w| w.kind.is_some())
+        .map(|w| w.program.clone())
+        .collect();
+    for w in written.iter_mut().filter(|w| w.kind.is_none() && w.program.is_some()) {
+        if typed.contains(&w.program) {
+            w.kind = Some("browser".to_string());
+            w.description = format!("{} (browser)", w.name);
+        }
+    }
+}
+
+/// Groups of indices into `written`, each one report.
+fn group(written: &[Written], merge_mode: MergeMode) -> Vec<Vec<usize>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    match merge_mode {
+        MergeMode::All => groups.push((0..written.len()).collect()),
+        MergeMode::None => groups.extend((0..written.len()).map(|i| vec![i])),
+        MergeMode::Auto => {
+            let mut by_program: HashMap<(&(String, u64), Option<&str>), usize> = HashMap::new();
+            for (i, w) in written.iter().enumerate() {
+                match &w.program {
+                    Some(p) => match by_program.get(&(p, w.kind.as_deref())) {
+                        Some(&g) => groups[g].push(i),
+                        None => {
+                            by_program.insert((p, w.kind.as_deref()), groups.len());
+                            groups.push(vec![i]);
+                        }
+                    },
+                    None => groups.push(vec![i]),
+                }
+            }
+        }
+    }
+    groups
 }
 
 /// The executable a profile's maps show: the lowest file with code mapped (the first file alone
