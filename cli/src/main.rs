@@ -8,6 +8,7 @@
 mod analysis;
 mod args;
 mod commands;
+mod error;
 mod input;
 mod model;
 mod render;

@@ -3,6 +3,7 @@
 
 use crate::analysis::{advise as advising, diff as diffing, history as epochs_over_time};
 use crate::args::{AdviceFormat, AdviseArgs, DiffArgs, HistoryArgs, ReportArgs};
+use crate::error::{Error, Result};
 use crate::input::{self, db::Database, epochs};
 use crate::model::filters;
 use crate::model::stacks::Stacks;
@@ -11,7 +12,7 @@ use crate::symbols::Locator;
 use cpuprof::format::Profile;
 use std::path::Path;
 
-pub fn diff(a: DiffArgs) -> Result<u8, String> {
+pub fn diff(a: DiffArgs) -> Result<u8> {
     let locator: Locator = a.symbols.into();
     let criteria = a.criteria;
     let opts = diffing::Options {
@@ -32,13 +33,16 @@ pub fn diff(a: DiffArgs) -> Result<u8, String> {
             tick_us,
         )
     };
-    let summary = |path: &Path, units: f64| -> Result<diffing::Summary, String> {
+    let summary = |path: &Path, units: f64| -> std::result::Result<diffing::Summary, String> {
         Ok(seen(&input::read_profile(path, &locator)?, units))
     };
     let report = match a.history {
         Some(dir) => {
             // With --history the single positional argument is NEW.
-            let new = a.new.or(a.base).ok_or("diff --history needs the NEW profile")?;
+            let new = a
+                .new
+                .or(a.base)
+                .ok_or(Error::Usage("diff --history needs the NEW profile"))?;
             let past = if Database::is_database(&dir) {
                 epochs::history(&dir, &a.selection, &new, &locator, &|_, _, p| seen(p, 1.0))?
             } else {
@@ -56,8 +60,8 @@ pub fn diff(a: DiffArgs) -> Result<u8, String> {
         }
         None => {
             let (base, new) = (
-                a.base.ok_or("diff needs BASE and NEW")?,
-                a.new.ok_or("diff needs BASE and NEW")?,
+                a.base.ok_or(Error::Usage("diff needs BASE and NEW"))?,
+                a.new.ok_or(Error::Usage("diff needs BASE and NEW"))?,
             );
             let (units_a, units_b) = criteria.units.unwrap_or((1.0, 1.0));
             let (before, after) = (summary(&base, units_a)?, summary(&new, units_b)?);
@@ -82,7 +86,7 @@ pub fn diff(a: DiffArgs) -> Result<u8, String> {
     Ok(if failures.is_empty() { 0 } else { 3 })
 }
 
-pub fn advise(a: AdviseArgs) -> Result<u8, String> {
+pub fn advise(a: AdviseArgs) -> Result<u8> {
     let locator: Locator = a.symbols.into();
     let filters = &a.filters;
     let mut profile = input::read_profile(&a.file, &locator)?;
@@ -128,7 +132,7 @@ pub fn advise(a: AdviseArgs) -> Result<u8, String> {
     Ok(0)
 }
 
-pub fn report(a: ReportArgs) -> Result<u8, String> {
+pub fn report(a: ReportArgs) -> Result<u8> {
     let locator: Locator = a.symbols.into();
     let baseline = match (a.base, a.history) {
         (Some(base), _) => html::Baseline::Profile(base),
@@ -142,12 +146,12 @@ pub fn report(a: ReportArgs) -> Result<u8, String> {
         title: a.file.display().to_string(),
     };
     let page = html::page(&a.file, &input::read_bytes(&a.file)?, &baseline, &opts)?;
-    std::fs::write(&a.output, page).map_err(|e| format!("cannot write {}: {e}", a.output.display()))?;
+    std::fs::write(&a.output, page).map_err(|e| Error::write(&a.output, e))?;
     eprintln!("wrote {}", a.output.display());
     Ok(0)
 }
 
-pub fn history(a: HistoryArgs) -> Result<u8, String> {
+pub fn history(a: HistoryArgs) -> Result<u8> {
     let locator: Locator = a.symbols.into();
     let database = Database::open(&a.db)?;
     let mut epochs = Vec::new();
@@ -172,7 +176,7 @@ pub fn history(a: HistoryArgs) -> Result<u8, String> {
     let result = epochs_over_time::history(&epochs, opts, window, a.count, tick_us);
     println!("{program} in {} (tick {tick_us} us)", a.db.display());
     print!("{}", result.table(opts, window));
-    std::fs::write(&a.output, result.svg()).map_err(|e| format!("cannot write {}: {e}", a.output.display()))?;
+    std::fs::write(&a.output, result.svg()).map_err(|e| Error::write(&a.output, e))?;
     eprintln!("wrote {}", a.output.display());
     Ok(if result.flags.is_empty() { 0 } else { 3 })
 }

@@ -1,6 +1,7 @@
 //! The commands about profile files themselves: `merge`, `db`, `dump` and `check`.
 
 use crate::args::{CheckArgs, DbArgs, DumpArgs, MergeArgs};
+use crate::error::{Error, Result};
 use crate::input;
 use crate::model::merge as merging;
 use crate::render::progress::Progress;
@@ -8,7 +9,7 @@ use crate::render::text;
 use crate::symbols::Locator;
 use cpuprof::format::Profile;
 
-pub fn merge(a: MergeArgs) -> Result<u8, String> {
+pub fn merge(a: MergeArgs) -> Result<u8> {
     let locator: Locator = a.symbols.into();
     let mut profiles = Vec::new();
     let mut progress = Progress::new("reading", a.files.len());
@@ -18,7 +19,7 @@ pub fn merge(a: MergeArgs) -> Result<u8, String> {
     }
     drop(progress);
     let (bytes, total) = merging::merge(&profiles)?;
-    std::fs::write(&a.output, bytes).map_err(|e| format!("cannot write {}: {e}", a.output.display()))?;
+    std::fs::write(&a.output, bytes).map_err(|e| Error::write(&a.output, e))?;
     eprintln!(
         "wrote {}: {} profiles, {total} samples",
         a.output.display(),
@@ -27,22 +28,22 @@ pub fn merge(a: MergeArgs) -> Result<u8, String> {
     Ok(0)
 }
 
-pub fn db(a: DbArgs) -> Result<u8, String> {
+pub fn db(a: DbArgs) -> Result<u8> {
     print!("{}", input::db::listing(&a.dir, &a.symbols.into())?);
     Ok(0)
 }
 
-pub fn dump(a: DumpArgs) -> Result<u8, String> {
+pub fn dump(a: DumpArgs) -> Result<u8> {
     let bytes = input::read_bytes(&a.file)?;
     let (profile, defect) = Profile::parse_lenient(&bytes).map_err(|e| format!("{}: {e}", a.file.display()))?;
     print!("{}", text::dump(&profile));
     match defect {
-        Some(e) => Err(format!("{}: {e}", a.file.display())),
+        Some(e) => Err(format!("{}: {e}", a.file.display()).into()),
         None => Ok(0),
     }
 }
 
-pub fn check(a: CheckArgs) -> Result<u8, String> {
+pub fn check(a: CheckArgs) -> Result<u8> {
     let file = &a.file;
     let bytes = input::read_bytes(file)?;
     let profile = Profile::parse(&bytes).map_err(|e| {

@@ -3,6 +3,7 @@
 
 use crate::analysis::{list as listing, peek as peeking};
 use crate::args::{CollapseArgs, ConvertArgs, FlamegraphArgs, ListArgs, PeekArgs, Target, TopArgs};
+use crate::error::{Error, Result};
 use crate::input::{self, epochs, raw};
 use crate::model::filters::{self, Filters};
 use crate::model::stacks::Functions;
@@ -10,7 +11,7 @@ use crate::render::{self, pprof, text};
 use crate::symbols::Locator;
 use std::path::Path;
 
-pub fn top(a: TopArgs) -> Result<u8, String> {
+pub fn top(a: TopArgs) -> Result<u8> {
     let locator: Locator = a.symbols.into();
     let functions = match &a.db.db {
         Some(dir) => {
@@ -24,13 +25,13 @@ pub fn top(a: TopArgs) -> Result<u8, String> {
     Ok(0)
 }
 
-pub fn peek(a: PeekArgs) -> Result<u8, String> {
+pub fn peek(a: PeekArgs) -> Result<u8> {
     let stacks = input::read_stacks(&a.file, &a.symbols.into(), &a.filters)?;
     print!("{}", peeking::peek(&stacks, &a.regex));
     Ok(0)
 }
 
-pub fn list(a: ListArgs) -> Result<u8, String> {
+pub fn list(a: ListArgs) -> Result<u8> {
     let (locator, bytes) = (a.symbols.into(), input::read_bytes(&a.file)?);
     let outline = raw::outline(&a.file, &bytes, &locator)?;
     print!(
@@ -40,20 +41,20 @@ pub fn list(a: ListArgs) -> Result<u8, String> {
     Ok(0)
 }
 
-pub fn collapse(a: CollapseArgs) -> Result<u8, String> {
+pub fn collapse(a: CollapseArgs) -> Result<u8> {
     let locator: Locator = a.symbols.into();
     let (file, bytes) = input::file_or_db(a.file, a.db.db.as_deref(), &a.db.selection, &locator)?;
     let stacks = input::raw_stacks(&file, &bytes, &locator, &a.filters)?;
     let mut folded = stacks.folded().join("\n");
     folded.push('\n');
     match a.output {
-        Some(path) => std::fs::write(&path, folded).map_err(|e| format!("cannot write {}: {e}", path.display()))?,
+        Some(path) => std::fs::write(&path, folded).map_err(|e| Error::write(&path, e))?,
         None => print!("{folded}"),
     }
     Ok(0)
 }
 
-pub fn flamegraph(a: FlamegraphArgs) -> Result<u8, String> {
+pub fn flamegraph(a: FlamegraphArgs) -> Result<u8> {
     let locator: Locator = a.symbols.into();
     let stacks = match &a.db.db {
         Some(dir) => {
@@ -67,7 +68,7 @@ pub fn flamegraph(a: FlamegraphArgs) -> Result<u8, String> {
     Ok(0)
 }
 
-pub fn convert(a: ConvertArgs) -> Result<u8, String> {
+pub fn convert(a: ConvertArgs) -> Result<u8> {
     let locator: Locator = a.symbols.into();
     if let (Some(dir), Target::Dcpi) = (&a.db.db, a.target) {
         return db_to_dcpi(dir, &a.db.selection, &locator, &a.filters, &a.output);
@@ -98,14 +99,15 @@ fn db_to_dcpi(
     locator: &Locator,
     filters: &Filters,
     output: &Path,
-) -> Result<u8, String> {
+) -> Result<u8> {
     let database = input::db::Database::open(dir)?;
     epochs::for_each(&database, selection, locator, &mut |name, _, mut profile| {
         if filters.active() {
             profile = filters::profile(&profile, locator, filters);
         }
         let start = cpuprof::format::database::parse_epoch_name(name).unwrap_or(std::time::UNIX_EPOCH);
-        for path in render::dcpi::export(&profile, locator, &output.join(name), start)? {
+        // The epochs' reader speaks in messages.
+        for path in render::dcpi::export(&profile, locator, &output.join(name), start).map_err(|e| e.to_string())? {
             eprintln!("wrote {}", path.display());
         }
         Ok(())

@@ -9,6 +9,7 @@
 //! start of the image's executable segment, so profiles of one binary line up across runs; for
 //! an image whose file cannot be read they are from its run-time mapping (`addresses runtime`).
 
+use crate::error::{Error, Result};
 use crate::symbols::{file_name, Locator, Symbolizer};
 use cpuprof::format::Profile;
 use std::collections::{BTreeMap, HashMap};
@@ -29,13 +30,8 @@ struct Image {
 }
 
 /// Writes one DCPI file per sampled image into `dir`; returns the files written.
-pub fn export(
-    profile: &Profile,
-    locator: &Locator,
-    dir: &Path,
-    epoch: std::time::SystemTime,
-) -> Result<Vec<PathBuf>, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+pub fn export(profile: &Profile, locator: &Locator, dir: &Path, epoch: std::time::SystemTime) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::create(dir, e))?;
     let mut symbolizer = Symbolizer::new(locator.clone(), &profile.maps);
     let mut images: BTreeMap<String, Image> = BTreeMap::new();
     let mut outside = 0u64;
@@ -88,8 +84,7 @@ pub fn export(
             format!("{base}.{seen}.dcpi")
         };
         let path = dir.join(name);
-        std::fs::write(&path, encode(image, profile.period_us, epoch))
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        std::fs::write(&path, encode(image, profile.period_us, epoch)).map_err(|e| Error::write(&path, e))?;
         written.push(path);
     }
     Ok(written)

@@ -5,6 +5,39 @@ use crate::analysis::history::{History, MIN_PAST};
 use crate::render::markup::escape;
 use std::fmt::Write as _;
 
+const PALETTE: [&str; 10] = [
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79",
+];
+/// The chart's size and margins (pixels): the legend sits in the right margin.
+const WIDTH: f64 = 900.0;
+const HEIGHT: f64 = 420.0;
+const LEFT: f64 = 60.0;
+const RIGHT: f64 = 260.0;
+const TOP: f64 = 30.0;
+const BOTTOM: f64 = 60.0;
+const PLOT_W: f64 = WIDTH - LEFT - RIGHT;
+const PLOT_H: f64 = HEIGHT - TOP - BOTTOM;
+
+/// Where epoch `i` and share `v` (percent) fall on the chart.
+struct Chart {
+    epochs: usize,
+    y_max: f64,
+}
+
+impl Chart {
+    fn x(&self, i: usize) -> f64 {
+        LEFT + if self.epochs > 1 {
+            PLOT_W * i as f64 / (self.epochs - 1) as f64
+        } else {
+            PLOT_W / 2.0
+        }
+    }
+
+    fn y(&self, v: f64) -> f64 {
+        TOP + PLOT_H * (1.0 - v / self.y_max)
+    }
+}
+
 impl History {
     /// The table: one row per epoch, one column per function (legend below), `*` on flags,
     /// then each flag with its numbers.
@@ -68,100 +101,29 @@ impl History {
 
     /// A line chart of the shares over the epochs, flags circled in red (hover for numbers).
     pub fn svg(&self) -> String {
-        const PALETTE: [&str; 10] = [
-            "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
-            "#393b79",
-        ];
-        let (width, height, left, right, top, bottom) = (900.0, 420.0, 60.0, 260.0, 30.0, 60.0);
-        let plot_w = width - left - right;
-        let plot_h = height - top - bottom;
         let peak = self
             .columns
             .iter()
             .flat_map(|(_, s)| s.iter().copied())
             .fold(0.0f64, f64::max);
-        let y_max = ((peak / 10.0).ceil() * 10.0).clamp(10.0, 100.0);
-        let n = self.epochs.len();
-        let x = |i: usize| {
-            left + if n > 1 {
-                plot_w * i as f64 / (n - 1) as f64
-            } else {
-                plot_w / 2.0
-            }
+        let chart = Chart {
+            epochs: self.epochs.len(),
+            y_max: ((peak / 10.0).ceil() * 10.0).clamp(10.0, 100.0),
         };
-        let y = |v: f64| top + plot_h * (1.0 - v / y_max);
         let mut out = format!(
-            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{HEIGHT}\" font-family=\"sans-serif\" font-size=\"12\">\n\
              <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
         );
-        for k in 0..=5 {
-            let v = y_max * k as f64 / 5.0;
-            let _ = writeln!(
-                out,
-                "<line x1=\"{left}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"#ddd\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{v:.0}%</text>",
-                left + plot_w,
-                y(v),
-                y(v),
-                left - 6.0,
-                y(v) + 4.0
-            );
-        }
-        let step = n.div_ceil(8).max(1);
-        for i in (0..n).step_by(step) {
-            let _ = writeln!(
-                out,
-                "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
-                x(i),
-                top + plot_h + 18.0,
-                escape(&self.epochs[i].0)
-            );
-        }
-        let _ = writeln!(
-            out,
-            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">epoch (UTC start)</text>",
-            left + plot_w / 2.0,
-            height - 12.0
-        );
+        self.axes(&chart, &mut out);
         for (c, (function, series)) in self.columns.iter().enumerate() {
-            let colour = PALETTE[c % PALETTE.len()];
-            let points: Vec<String> = series
-                .iter()
-                .enumerate()
-                .map(|(i, v)| format!("{:.1},{:.1}", x(i), y(*v)))
-                .collect();
-            let _ = writeln!(
-                out,
-                "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" points=\"{}\"><title>{}</title></polyline>",
-                points.join(" "),
-                escape(function)
-            );
-            for (i, v) in series.iter().enumerate() {
-                let _ = writeln!(
-                    out,
-                    "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"2.5\" fill=\"{colour}\"><title>{} {}: {v:.1}%</title></circle>",
-                    x(i),
-                    y(*v),
-                    escape(&self.epochs[i].0),
-                    escape(function)
-                );
-            }
-            let ly = top + 16.0 * c as f64;
-            let _ = writeln!(
-                out,
-                "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"12\" height=\"4\" fill=\"{colour}\"/><text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
-                left + plot_w + 16.0,
-                ly + 4.0,
-                left + plot_w + 32.0,
-                ly + 9.0,
-                escape(&shorten(function, 34))
-            );
+            self.series(&chart, c, function, series, &mut out);
         }
         for f in &self.flags {
             let _ = writeln!(
                 out,
                 "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"7\" fill=\"none\" stroke=\"red\" stroke-width=\"2\"><title>{} {}: {:.1}% (usual {:.1}%)</title></circle>",
-                x(f.epoch),
-                y(f.share),
+                chart.x(f.epoch),
+                chart.y(f.share),
                 escape(&self.epochs[f.epoch].0),
                 escape(&f.function),
                 f.share,
@@ -171,8 +133,78 @@ impl History {
         out.push_str("</svg>\n");
         out
     }
+
+    /// The grid with its percentages, and the epochs' names along the bottom.
+    fn axes(&self, chart: &Chart, out: &mut String) {
+        for k in 0..=5 {
+            let v = chart.y_max * k as f64 / 5.0;
+            let _ = writeln!(
+                out,
+                "<line x1=\"{LEFT}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"#ddd\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{v:.0}%</text>",
+                LEFT + PLOT_W,
+                chart.y(v),
+                chart.y(v),
+                LEFT - 6.0,
+                chart.y(v) + 4.0
+            );
+        }
+        let n = self.epochs.len();
+        let step = n.div_ceil(8).max(1);
+        for i in (0..n).step_by(step) {
+            let _ = writeln!(
+                out,
+                "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
+                chart.x(i),
+                TOP + PLOT_H + 18.0,
+                escape(&self.epochs[i].0)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">epoch (UTC start)</text>",
+            LEFT + PLOT_W / 2.0,
+            HEIGHT - 12.0
+        );
+    }
+
+    /// Function `c`'s line, its points, and its entry in the legend.
+    fn series(&self, chart: &Chart, c: usize, function: &str, series: &[f64], out: &mut String) {
+        let colour = PALETTE[c % PALETTE.len()];
+        let points: Vec<String> = series
+            .iter()
+            .enumerate()
+            .map(|(i, v)| format!("{:.1},{:.1}", chart.x(i), chart.y(*v)))
+            .collect();
+        let _ = writeln!(
+            out,
+            "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" points=\"{}\"><title>{}</title></polyline>",
+            points.join(" "),
+            escape(function)
+        );
+        for (i, v) in series.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"2.5\" fill=\"{colour}\"><title>{} {}: {v:.1}%</title></circle>",
+                chart.x(i),
+                chart.y(*v),
+                escape(&self.epochs[i].0),
+                escape(function)
+            );
+        }
+        let ly = TOP + 16.0 * c as f64;
+        let _ = writeln!(
+            out,
+            "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"12\" height=\"4\" fill=\"{colour}\"/><text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
+            LEFT + PLOT_W + 16.0,
+            ly + 4.0,
+            LEFT + PLOT_W + 32.0,
+            ly + 9.0,
+            escape(&shorten(function, 34))
+        );
+    }
 }
 
+/// `name` cut to `max` characters, an ellipsis marking the cut.
 fn shorten(name: &str, max: usize) -> String {
     if name.chars().count() <= max {
         return name.to_string();

@@ -1,5 +1,6 @@
 //! Reports over a symbolised profile: top, flame graph, dump.
 
+use crate::error::{Error, Result};
 use crate::model::stacks::{Functions, Stacks};
 use cpuprof::format::Profile;
 use std::fmt::Write;
@@ -80,9 +81,9 @@ pub fn percent(n: u64, total: u64) -> f64 {
     }
 }
 
-pub fn flamegraph(stacks: &Stacks, output: &Path) -> Result<(), String> {
+pub fn flamegraph(stacks: &Stacks, output: &Path) -> Result<()> {
     let lines = stacks.folded();
-    let file = std::fs::File::create(output).map_err(|e| format!("cannot create {}: {e}", output.display()))?;
+    let file = std::fs::File::create(output).map_err(|e| Error::create(output, e))?;
     let mut options = inferno::flamegraph::Options::default();
     options.title = "CPU profile".into();
     options.count_name = "samples".into();
@@ -91,7 +92,7 @@ pub fn flamegraph(stacks: &Stacks, output: &Path) -> Result<(), String> {
         lines.iter().map(String::as_str),
         std::io::BufWriter::new(file),
     )
-    .map_err(|e| format!("cannot draw flame graph: {e}"))
+    .map_err(|e| Error::Input(format!("cannot draw flame graph: {e}")))
 }
 
 pub fn dump(profile: &Profile) -> String {

@@ -8,6 +8,7 @@
 //! symlink leads to), the others by `argv[0]`, and the processes of one executable are merged
 //! into one report, split by their Chromium-style `--type=`.
 
+use crate::error::{Error, Result};
 mod summary;
 
 use std::collections::HashMap;
@@ -18,13 +19,13 @@ use std::process::Command;
 
 /// libcpuprof.so: `$CPUPROF_LIB`, else beside this executable (a cargo target directory) or
 /// in `../lib` and `../lib/cpuprof` from it (an installed tree).
-pub fn find_library() -> Result<PathBuf, String> {
+pub fn find_library() -> Result<PathBuf> {
     if let Some(lib) = std::env::var_os("CPUPROF_LIB") {
         let lib = PathBuf::from(lib);
         return if lib.is_file() {
             Ok(lib)
         } else {
-            Err(format!("CPUPROF_LIB={} is not a file", lib.display()))
+            Err(format!("CPUPROF_LIB={} is not a file", lib.display()).into())
         };
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
@@ -33,10 +34,12 @@ pub fn find_library() -> Result<PathBuf, String> {
         .iter()
         .map(|rel| dir.join(rel))
         .find(|p| p.is_file())
-        .ok_or(format!(
-            "cannot find libcpuprof.so beside {} or in ../lib; set CPUPROF_LIB",
-            exe.display()
-        ))
+        .ok_or_else(|| {
+            Error::Input(format!(
+                "cannot find libcpuprof.so beside {} or in ../lib; set CPUPROF_LIB",
+                exe.display()
+            ))
+        })
 }
 
 /// How the recorded program ended, as an exit code for `cpuprof record` itself: its own
@@ -49,7 +52,7 @@ pub struct Outcome {
 }
 
 /// Runs `command` with the profiler preloaded, writing `output`.
-fn run(command: &[String], output: &Path, frequency: Option<u32>) -> Result<Outcome, String> {
+fn run(command: &[String], output: &Path, frequency: Option<u32>) -> Result<Outcome> {
     let library = find_library()?;
     let preload = match std::env::var("LD_PRELOAD") {
         Ok(existing) if !existing.is_empty() => format!("{} {existing}", library.display()),
@@ -178,7 +181,7 @@ pub enum MergeMode {
 }
 
 /// `cpuprof record`: runs the program with the library preloaded, then reports what it wrote.
-pub fn record(a: crate::args::RecordArgs) -> Result<u8, String> {
+pub fn record(a: crate::args::RecordArgs) -> Result<u8> {
     let before = Before::snapshot(&a.output);
     let outcome = run(&a.command, &a.output, a.frequency)?;
     if let Some(sig) = outcome.killed_by {

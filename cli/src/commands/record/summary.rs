@@ -2,6 +2,7 @@
 //! and process type, and each report's top functions.
 
 use super::MergeMode;
+use crate::error::Error;
 use crate::model::stacks::Stacks;
 use crate::symbols::{file_name, Locator};
 use cpuprof::format::Profile;
@@ -356,7 +357,7 @@ fn write_page(profile: &Path, bytes: &[u8], title: String) {
     };
     let output = crate::render::html::beside(profile);
     let written = crate::render::html::page(profile, bytes, &crate::render::html::Baseline::None, &opts)
-        .and_then(|page| std::fs::write(&output, page).map_err(|e| format!("cannot write {}: {e}", output.display())));
+        .and_then(|page| std::fs::write(&output, page).map_err(|e| Error::write(&output, e)));
     match written {
         Ok(()) => eprintln!("cpuprof: wrote {}", output.display()),
         Err(e) => eprintln!("cpuprof: no HTML report: {e}"),

@@ -12,6 +12,7 @@
 //! tree, the functions, which changed) travels as one JSON block; what it does not redraw
 //! (hints, tables of numbers, listings, the trend chart) is written as HTML here.
 
+use crate::error::Result;
 mod listing;
 
 use crate::render::markup::escape;
@@ -57,7 +58,7 @@ pub struct Options<'a> {
 }
 
 /// The page for the raw profile `bytes` read from `file`.
-pub fn page(file: &Path, bytes: &[u8], baseline: &Baseline, opts: &Options) -> Result<String, String> {
+pub fn page(file: &Path, bytes: &[u8], baseline: &Baseline, opts: &Options) -> Result<String> {
     let (locator, filters) = (opts.locator, opts.filters);
     let mut profile = crate::input::raw::read(file, bytes, locator)?;
     if filters.active() {
@@ -132,7 +133,7 @@ fn compare(
     baseline: &Baseline,
     opts: &Options,
     tree: &mut Tree,
-) -> Result<Comparison, String> {
+) -> Result<Comparison> {
     let (locator, filters) = (opts.locator, opts.filters);
     let summary =
         |s: &Stacks, p: &Profile| diff::Summary::new(s, p.records, p.maps.signal_weights, 1.0, true, opts.tick_us);
@@ -339,7 +340,7 @@ fn history_epochs(
     file: &Path,
     locator: &Locator,
     filters: &Filters,
-) -> Result<Vec<Epoch>, String> {
+) -> Result<Vec<Epoch>> {
     // An epoch as the new profile is seen: filtered alike.
     let epoch = |name: String, processes: usize, profile: &Profile| {
         let filtered;
@@ -358,14 +359,18 @@ fn history_epochs(
         }
     };
     if !crate::input::db::Database::is_database(dir) {
-        return crate::input::read_history(dir, &|path: &Path| {
+        return Ok(crate::input::read_history(dir, &|path: &Path| {
             let name = crate::symbols::file_name(&path.display().to_string()).to_string();
             Ok(epoch(name, 1, &crate::input::read_profile(path, locator)?))
-        });
+        })?);
     }
-    crate::input::epochs::history(dir, selection, file, locator, &|name, processes, profile| {
-        epoch(name.to_string(), processes, profile)
-    })
+    Ok(crate::input::epochs::history(
+        dir,
+        selection,
+        file,
+        locator,
+        &|name, processes, profile| epoch(name.to_string(), processes, profile),
+    )?)
 }
 
 fn trend_section(epochs: &[Epoch], tick_us: u64) -> String {
