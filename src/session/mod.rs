@@ -323,6 +323,134 @@ fn family_base(path: &Path, pid: u32) -> PathBuf {
     std::path::absolute(&base).unwrap_or(base)
 }
 
+/// Refuses what cannot be profiled together, before anything is created.
+fn check_options(path: &Path, options: &Options, source: SampleSource) -> Result<(), Error> {
+    let wall = options.wall || options.wall_beside.is_some();
+    if wall && !matches!(source, SampleSource::ThreadTimers(_)) {
+        // A process-wide timer's signal may go to a blocked thread and interrupt its call.
+        return Err(Error::Timer(std::io::Error::other(
+            "wall-clock profiling needs per-thread timers, which are unavailable",
+        )));
+    }
+    if options.epochs.is_some() && options.wall_beside.is_some() {
+        return Err(Error::Open {
+            path: path.to_path_buf(),
+            source: std::io::Error::other("a wall-clock profile is not taken beside a profile database"),
+        });
+    }
+    if options.in_memory.is_some() && (options.epochs.is_some() || options.wall_beside.is_some()) {
+        return Err(Error::Open {
+            path: path.to_path_buf(),
+            source: std::io::Error::other(
+                "a profile kept in memory is one profile: no database of epochs, no wall-clock profile beside it",
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Opens where the samples go, headers written: the first epoch's file of a database, or the
+/// profile's file (or memory) and the wall-clock profile's file beside it.
+fn open_output(path: &Path, options: &Options, thread_labels: bool) -> Result<writer::Output, Error> {
+    let open_error = |source| Error::Open {
+        path: path.to_path_buf(),
+        source,
+    };
+    Ok(match &options.epochs {
+        Some(epoch_options) => {
+            let db = epochs::Database::new(path, epoch_options.clone(), options.period_us())
+                .with_thread_labels(thread_labels);
+            let first = db.open(SystemTime::now(), Default::default()).map_err(open_error)?;
+            db.apply_budget(SystemTime::now());
+            writer::Output::Epochs(writer::EpochOutput::new(db, first))
+        }
+        None => {
+            let mut out = match options.in_memory {
+                Some(limit) => OutputFile::new(ProfileFile::in_memory(limit), options.period_us(), thread_labels),
+                // Not followed if a symbolic link, never blocking, regular files and /dev/null.
+                None => OutputFile::create(path, options.period_us(), thread_labels),
+            }
+            .map_err(open_error)?;
+            out.wall = options.wall;
+            if let Some(beside) = &options.wall_beside {
+                let period_us = 1_000_000 / u64::from(beside.frequency.max(1));
+                let mut wall_out =
+                    OutputFile::create(&beside.path, period_us, false).map_err(|source| Error::Open {
+                        path: beside.path.clone(),
+                        source,
+                    })?;
+                wall_out.wall = true;
+                out.beside = Some(Box::new(wall_out));
+            }
+            writer::Output::File(out)
+        }
+    })
+}
+
+/// The handler's state for these options: which samples carry their thread, and with
+/// `threadless`, the hook that writes records without a writer thread.
+fn sampler_state(options: &Options, source: SampleSource, thread_labels: bool, threadless: bool) -> SamplerState {
+    let mut state = SamplerState::new(
+        options.table,
+        options.filter,
+        options.unwinder,
+        source,
+        match &options.wall_beside {
+            Some(beside) => sampler::Labels::Beside {
+                cpu_period_ns: options.period_us() * 1000,
+                wall_period_ns: 1_000_000_000 / u64::from(beside.frequency.max(1)),
+            },
+            None if options.wall => sampler::Labels::All,
+            None if thread_labels => sampler::Labels::Threads,
+            None => sampler::Labels::None,
+        },
+    );
+    if threadless {
+        state.call_after_each_sample(threadless::after_sample);
+    }
+    state
+}
+
+/// Starts the writer thread, or with `threadless`, leaves it waiting for the program's first
+/// thread (the handler writes meanwhile); returns the thread and its id, if it started.
+fn start_writer(
+    pending: PendingWriter,
+    threadless: Option<Box<threadless::Threadless>>,
+    options: &Options,
+) -> Result<(Option<JoinHandle<writer::Finished>>, Option<libc::pid_t>), Error> {
+    match threadless {
+        Some(threadless) => {
+            threadless::publish(threadless);
+            if let SampleSource::ThreadTimers(_) = pending.source {
+                let period_ns = 1_000_000_000 / u64::from(options.frequency.max(1));
+                sampler::unannounced::watch(pending.signal, period_ns, sampler::thread_timers::gettid());
+            }
+            *WAITING_WRITER.lock() = Some(pending);
+            WRITER_WAITS_IN.store(std::process::id(), Ordering::SeqCst);
+            WRITER_WAITS.store(true, Ordering::SeqCst);
+            Ok((None, None))
+        }
+        None => {
+            let (thread, tid) = spawn_writer(pending)?;
+            Ok((Some(thread), tid))
+        }
+    }
+}
+
+/// Takes a use of the /proc/self/mem descriptor (`unwind::safe_read`), saying what is lost
+/// without it; returns whether it did.
+fn acquire_memory_reads() -> bool {
+    match crate::unwind::safe_read::acquire() {
+        Ok(()) => true,
+        Err(e) => {
+            crate::say!(
+                "cpuprof: cannot open /proc/self/mem ({e}); stacks outside threads' own stacks (signal stacks, coroutines) are not walked"
+            );
+            false
+        }
+    }
+}
+
 impl Session {
     /// Creates the file (in epoch mode, `path` is the database and this creates the first
     /// epoch's), writes the header, and starts sampling.
@@ -330,69 +458,25 @@ impl Session {
         Session::start_as(path, options, Origin::Program)
     }
 
+    /// The steps of a start, in this order: the timer and signal are chosen and the options
+    /// checked before anything is created; the output is opened (so a path that cannot be
+    /// written fails the start with nothing running); the sampler state is made and the
+    /// writer started (or left waiting, `threadless`) before the state is published, so that
+    /// every sample has somewhere to go; the wall sampler and the timers come last, once the
+    /// threads they must leave alone (the writer, the wall sampler) are known; the hooks that
+    /// follow forks and complete the profile at a fatal signal follow.
     fn start_as(path: &Path, options: Options, origin: Origin) -> Result<Session, Error> {
         let (source, signal) = match origin {
             Origin::Program => timing::choose(&options)?,
             Origin::ForkedChild { source, signal } => (source, signal),
         };
+        check_options(path, &options, source)?;
         let wall = options.wall || options.wall_beside.is_some();
-        if wall && !matches!(source, SampleSource::ThreadTimers(_)) {
-            // A process-wide timer's signal may go to a blocked thread and interrupt its call.
-            return Err(Error::Timer(std::io::Error::other(
-                "wall-clock profiling needs per-thread timers, which are unavailable",
-            )));
-        }
-        if options.epochs.is_some() && options.wall_beside.is_some() {
-            return Err(Error::Open {
-                path: path.to_path_buf(),
-                source: std::io::Error::other("a wall-clock profile is not taken beside a profile database"),
-            });
-        }
-        let open_error = |source| Error::Open {
-            path: path.to_path_buf(),
-            source,
-        };
-        if options.in_memory.is_some() && (options.epochs.is_some() || options.wall_beside.is_some()) {
-            return Err(Error::Open {
-                path: path.to_path_buf(),
-                source: std::io::Error::other(
-                    "a profile kept in memory is one profile: no database of epochs, no wall-clock profile beside it",
-                ),
-            });
-        }
         // Thread labels of CPU samples; a wall profile labels every sample anyway, and beside a
         // CPU profile the labelled samples are the wall profile's.
         let thread_labels = options.thread_labels && !wall;
         crate::sys::thread_names::want(thread_labels);
-        let mut output = match &options.epochs {
-            Some(epoch_options) => {
-                let db = epochs::Database::new(path, epoch_options.clone(), options.period_us())
-                    .with_thread_labels(thread_labels);
-                let first = db.open(SystemTime::now(), Default::default()).map_err(open_error)?;
-                db.apply_budget(SystemTime::now());
-                writer::Output::Epochs(writer::EpochOutput::new(db, first))
-            }
-            None => {
-                let mut out = match options.in_memory {
-                    Some(limit) => OutputFile::new(ProfileFile::in_memory(limit), options.period_us(), thread_labels),
-                    // Not followed if a symbolic link, never blocking, regular files and /dev/null.
-                    None => OutputFile::create(path, options.period_us(), thread_labels),
-                }
-                .map_err(open_error)?;
-                out.wall = options.wall;
-                if let Some(beside) = &options.wall_beside {
-                    let period_us = 1_000_000 / u64::from(beside.frequency.max(1));
-                    let mut wall_out =
-                        OutputFile::create(&beside.path, period_us, false).map_err(|source| Error::Open {
-                            path: beside.path.clone(),
-                            source,
-                        })?;
-                    wall_out.wall = true;
-                    out.beside = Some(Box::new(wall_out));
-                }
-                writer::Output::File(out)
-            }
-        };
+        let mut output = open_output(path, &options, thread_labels)?;
         let summary = options.report_on_stderr && crate::sys::messages::speaks();
         let threadless = match &mut output {
             writer::Output::File(out) if can_start_threadless(&options) => {
@@ -400,25 +484,7 @@ impl Session {
             }
             _ => None,
         };
-        let mut state = SamplerState::new(
-            options.table,
-            options.filter,
-            options.unwinder,
-            source,
-            match &options.wall_beside {
-                Some(beside) => sampler::Labels::Beside {
-                    cpu_period_ns: options.period_us() * 1000,
-                    wall_period_ns: 1_000_000_000 / u64::from(beside.frequency.max(1)),
-                },
-                None if options.wall => sampler::Labels::All,
-                None if thread_labels => sampler::Labels::Threads,
-                None => sampler::Labels::None,
-            },
-        );
-        if threadless.is_some() {
-            state.call_after_each_sample(threadless::after_sample);
-        }
-        let state = Arc::new(state);
+        let state = Arc::new(sampler_state(&options, source, thread_labels, threadless.is_some()));
         if options.unwinder == sampler::UnwinderChoice::Auto && matches!(origin, Origin::Program) {
             sampler::set_dwarf(Some(Box::new(crate::unwind::DwarfUnwinder::build())));
         }
@@ -433,33 +499,9 @@ impl Session {
             checkpoint_every: options.checkpoint,
         };
         crate::sampler::signals::on_takeover(writer_notices_takeover);
-        let (writer_thread, writer_tid) = match threadless {
-            Some(threadless) => {
-                threadless::publish(threadless);
-                if let SampleSource::ThreadTimers(_) = source {
-                    let period_ns = 1_000_000_000 / u64::from(options.frequency.max(1));
-                    sampler::unannounced::watch(signal, period_ns, sampler::thread_timers::gettid());
-                }
-                *WAITING_WRITER.lock() = Some(pending);
-                WRITER_WAITS_IN.store(std::process::id(), Ordering::SeqCst);
-                WRITER_WAITS.store(true, Ordering::SeqCst);
-                (None, None)
-            }
-            None => {
-                let (thread, tid) = spawn_writer(pending)?;
-                (Some(thread), tid)
-            }
-        };
+        let (writer_thread, writer_tid) = start_writer(pending, threadless, &options)?;
         crate::unwind::THREAD_STACKS.register_current_thread();
-        let reads_memory = match crate::unwind::safe_read::acquire() {
-            Ok(()) => true,
-            Err(e) => {
-                crate::say!(
-                    "cpuprof: cannot open /proc/self/mem ({e}); stacks outside threads' own stacks (signal stacks, coroutines) are not walked"
-                );
-                false
-            }
-        };
+        let reads_memory = acquire_memory_reads();
         sampler::publish(state.clone());
         let mut session = Session {
             path: path.to_path_buf(),
@@ -476,35 +518,44 @@ impl Session {
             forked_child: matches!(origin, Origin::ForkedChild { .. }),
         };
         let mut excluded: Vec<libc::pid_t> = writer_tid.into_iter().collect();
-        let wall_frequency = match &session.options.wall_beside {
-            Some(beside) => Some(beside.frequency),
-            None => session.options.wall.then_some(session.options.frequency),
-        };
-        if let Some(frequency) = wall_frequency {
-            match wall::WallSampler::start(frequency, excluded.clone()) {
-                Ok((sampler, tid)) => {
-                    session.wall = Some(sampler);
-                    excluded.push(tid);
-                }
-                Err(e) => {
-                    let _ = session.stop();
-                    return Err(Error::Spawn(e));
-                }
-            }
+        if let Err(e) = session.start_wall_sampler(&mut excluded) {
+            let _ = session.stop();
+            return Err(Error::Spawn(e));
         }
         if let Err(e) = timing::start(source, signal, &session.options, excluded) {
             let _ = session.stop();
             return Err(e);
         }
+        session.install_hooks(origin);
+        Ok(session)
+    }
+
+    /// Wall mode: starts the sampler of threads off the CPU, leaving `excluded` alone, and
+    /// adds its thread to them.
+    fn start_wall_sampler(&mut self, excluded: &mut Vec<libc::pid_t>) -> std::io::Result<()> {
+        let wall_frequency = match &self.options.wall_beside {
+            Some(beside) => Some(beside.frequency),
+            None => self.options.wall.then_some(self.options.frequency),
+        };
+        if let Some(frequency) = wall_frequency {
+            let (sampler, tid) = wall::WallSampler::start(frequency, excluded.clone())?;
+            self.wall = Some(sampler);
+            excluded.push(tid);
+        }
+        Ok(())
+    }
+
+    /// The hooks of a running profile: forks are followed, and a process that ends by a
+    /// signal's default action completes its profile first.
+    fn install_hooks(&self, origin: Origin) {
         children::install_fork_handlers();
-        if matches!(origin, Origin::Program) && session.options.follow_forks {
+        if matches!(origin, Origin::Program) && self.options.follow_forks {
             children::begin_family();
         }
-        if session.options.in_memory.is_none() {
+        if self.options.in_memory.is_none() {
             // A process that ends by a signal's default action completes its profile first.
-            sampler::default_actions::hold(process_end::before_signal_end, &[signal]);
+            sampler::default_actions::hold(process_end::before_signal_end, &[self.signal]);
         }
-        Ok(session)
     }
 
     pub fn path(&self) -> &Path {

@@ -259,146 +259,307 @@ pub fn forget_in_child() {
 /// what is left, the trailer and the maps, and closes the file. `exit_summary`: the profile's
 /// path, if the summary line is to be printed when `_exit` ends the profile (`stop` prints it
 /// otherwise).
+///
+/// Each tick does the duties below in this order; the order matters where a comment says so.
 pub fn run(
     state: Arc<SamplerState>,
-    mut out: Output,
+    out: Output,
     control: Arc<WriterControl>,
     profiling_signal: i32,
     source: SampleSource,
     exit_summary: Option<PathBuf>,
     checkpoint_every: Option<Duration>,
 ) -> Finished {
-    WRITER_PID.store(std::process::id(), Ordering::SeqCst);
-    // First of all (before the maps and build-ids, which take a while): a writer started
-    // because the program took the profiling signal over stops sampling at once.
-    let mut taken_over = timing::taken_over(profiling_signal);
-    if taken_over {
-        timing::stop_after_takeover(source, profiling_signal);
-    }
-    let mut harvest_interval = FIRST_HARVEST;
-    let mut next_harvest = Instant::now() + harvest_interval;
-    // The loader's counters before the maps: an object loaded before they are read is in the
-    // maps read after, one loaded later changes them. (The program runs meanwhile: maps read
-    // by `Session::start`, before this thread ran, could miss a library loaded in between.)
-    let mut objects_seen = loaded_objects_generation();
-    // The writer reads mapped ELF images for their build-ids, up to the end of the file,
-    // after the session has let go of the /proc/self/mem descriptor: it holds its own use.
-    let reads_memory = crate::unwind::safe_read::acquire().is_ok();
-    out.record_mappings(&read_self_maps());
-    if checkpoint_every.is_some() {
-        remember_process_line();
-        out.hold_records();
-    }
-    // The first checkpoint at once: a process that ends however it may leaves a complete
-    // (maybe empty) profile.
-    let mut next_checkpoint = Instant::now();
-    let mut checkpointed = None;
-    let mut memory_descriptor_noted = false;
-    let mut tick = MIN_TICK;
-    let mut last_drain = Instant::now();
+    let mut writer = Writer::start(
+        state,
+        out,
+        control,
+        profiling_signal,
+        source,
+        exit_summary,
+        checkpoint_every,
+    );
     loop {
+        writer.wait_for_work();
+        let asked = writer.requests();
+        if asked.stop || asked.exiting {
+            return writer.finish(&asked);
+        }
+        writer.stop_if_taken_over();
+        THREAD_STACKS.resolve_requests();
+        writer.check_memory_descriptor();
+        writer.follow_threads();
+        writer.follow_loaded_objects();
+        let harvest = writer.harvest_due();
+        let flushing = asked.flush > writer.control.requests().flush_done;
+        let ending = asked.ends != ENDS_SERVED.load(Ordering::SeqCst);
+        writer.write_records(harvest || flushing || ending, ending);
+        writer.checkpoint_if_due(flushing);
+        if flushing {
+            writer.answer_flush(&asked);
+        }
+        if ending {
+            answer_ends(asked.ends);
+        }
+    }
+}
+
+/// The writer thread's state between ticks.
+struct Writer {
+    state: Arc<SamplerState>,
+    out: Output,
+    control: Arc<WriterControl>,
+    profiling_signal: i32,
+    source: SampleSource,
+    exit_summary: Option<PathBuf>,
+    checkpoint_every: Option<Duration>,
+    /// The program took the profiling signal over; sampling has stopped.
+    taken_over: bool,
+    harvest_interval: Duration,
+    next_harvest: Instant,
+    /// The loader's counters when the maps were last recorded.
+    objects_seen: (u64, u64),
+    /// This thread holds a use of the /proc/self/mem descriptor, released at the end.
+    reads_memory: bool,
+    next_checkpoint: Instant,
+    /// What the last checkpoint held: samples taken and the loader's counters.
+    checkpointed: Option<(u64, (u64, u64))>,
+    /// A lost /proc/self/mem descriptor was reported (once).
+    memory_descriptor_noted: bool,
+    tick: Duration,
+    last_drain: Instant,
+}
+
+/// What was asked of the writer when it woke: by the controlling thread (`control`), and by the
+/// process-ending paths (the atomics).
+struct Asked {
+    stop: bool,
+    /// The latest flush request.
+    flush: u64,
+    /// The latest flush request wants a snapshot too.
+    snapshot: bool,
+    /// `ENDS_ASKED` as read now.
+    ends: u32,
+    exiting: bool,
+}
+
+impl Writer {
+    /// Claims the process, stops at once if the program took the signal over, records the maps
+    /// and sets up checkpoints.
+    fn start(
+        state: Arc<SamplerState>,
+        mut out: Output,
+        control: Arc<WriterControl>,
+        profiling_signal: i32,
+        source: SampleSource,
+        exit_summary: Option<PathBuf>,
+        checkpoint_every: Option<Duration>,
+    ) -> Writer {
+        WRITER_PID.store(std::process::id(), Ordering::SeqCst);
+        // First of all (before the maps and build-ids, which take a while): a writer started
+        // because the program took the profiling signal over stops sampling at once.
+        let taken_over = timing::taken_over(profiling_signal);
+        if taken_over {
+            timing::stop_after_takeover(source, profiling_signal);
+        }
+        let harvest_interval = FIRST_HARVEST;
+        let next_harvest = Instant::now() + harvest_interval;
+        // The loader's counters before the maps: an object loaded before they are read is in the
+        // maps read after, one loaded later changes them. (The program runs meanwhile: maps read
+        // by `Session::start`, before this thread ran, could miss a library loaded in between.)
+        let objects_seen = loaded_objects_generation();
+        // The writer reads mapped ELF images for their build-ids, up to the end of the file,
+        // after the session has let go of the /proc/self/mem descriptor: it holds its own use.
+        let reads_memory = crate::unwind::safe_read::acquire().is_ok();
+        out.record_mappings(&read_self_maps());
+        if checkpoint_every.is_some() {
+            remember_process_line();
+            out.hold_records();
+        }
+        Writer {
+            state,
+            out,
+            control,
+            profiling_signal,
+            source,
+            exit_summary,
+            checkpoint_every,
+            taken_over,
+            harvest_interval,
+            next_harvest,
+            objects_seen,
+            reads_memory,
+            // The first checkpoint at once: a process that ends however it may leaves a
+            // complete (maybe empty) profile.
+            next_checkpoint: Instant::now(),
+            checkpointed: None,
+            memory_descriptor_noted: false,
+            tick: MIN_TICK,
+            last_drain: Instant::now(),
+        }
+    }
+
+    /// Sleeps for a tick (cut short at an epoch's end), unless a request is waiting already;
+    /// any request wakes it.
+    fn wait_for_work(&self) {
         let woken = WAKE.load(Ordering::SeqCst);
         let idle = {
-            let s = control.requests();
+            let s = self.control.requests();
             !s.stop && s.flush_done == s.flush_requested
         };
         if idle && ENDS_ASKED.load(Ordering::SeqCst) == ENDS_SERVED.load(Ordering::SeqCst) {
-            futex::wait(&WAKE, woken, out.wait_at_most(tick, SystemTime::now()));
+            futex::wait(&WAKE, woken, self.out.wait_at_most(self.tick, SystemTime::now()));
         }
+    }
+
+    /// What is asked now: read once per tick, so that the tick answers what it served.
+    fn requests(&self) -> Asked {
         let (stop, flush, snapshot) = {
-            let s = control.requests();
+            let s = self.control.requests();
             (s.stop, s.flush_requested, s.snapshot_requested > s.flush_done)
         };
-        let ends_asked = ENDS_ASKED.load(Ordering::SeqCst);
-        let exiting = EXITING.load(Ordering::SeqCst);
-        if stop || exiting {
-            let finished = out.complete(&state);
-            if reads_memory {
-                crate::unwind::safe_read::release();
-            }
-            if let Some(path) = exit_summary.filter(|_| exiting && !stop) {
-                print_exit_summary(&state, &finished, path);
-            }
-            writer_gone();
-            return finished;
+        Asked {
+            stop,
+            flush,
+            snapshot,
+            ends: ENDS_ASKED.load(Ordering::SeqCst),
+            exiting: EXITING.load(Ordering::SeqCst),
         }
-        if !taken_over && timing::taken_over(profiling_signal) {
-            taken_over = true;
-            timing::stop_after_takeover(source, profiling_signal);
+    }
+
+    /// At stop or `_exit`: completes the output, lets go of the /proc/self/mem descriptor,
+    /// prints the summary if `_exit` ended the profile, and answers every request.
+    fn finish(self, asked: &Asked) -> Finished {
+        let finished = self.out.complete(&self.state);
+        if self.reads_memory {
+            crate::unwind::safe_read::release();
         }
-        THREAD_STACKS.resolve_requests();
+        if let Some(path) = self.exit_summary.filter(|_| asked.exiting && !asked.stop) {
+            print_exit_summary(&self.state, &finished, path);
+        }
+        writer_gone();
+        finished
+    }
+
+    /// Stops sampling if the program has taken the profiling signal over (rather than feed its
+    /// handler our signals).
+    fn stop_if_taken_over(&mut self) {
+        if !self.taken_over && timing::taken_over(self.profiling_signal) {
+            self.taken_over = true;
+            timing::stop_after_takeover(self.source, self.profiling_signal);
+        }
+    }
+
+    /// Reopens the /proc/self/mem descriptor if the program closed or replaced it, saying so
+    /// once.
+    fn check_memory_descriptor(&mut self) {
         match crate::unwind::safe_read::check() {
             Ok(false) => {}
-            _ if memory_descriptor_noted => {}
+            _ if self.memory_descriptor_noted => {}
             Ok(true) => {
-                memory_descriptor_noted = true;
+                self.memory_descriptor_noted = true;
                 crate::say!(
                     "cpuprof: the program closed or replaced cpuprof's /proc/self/mem descriptor; opened it again"
                 );
             }
             Err(e) => {
-                memory_descriptor_noted = true;
+                self.memory_descriptor_noted = true;
                 crate::say!("cpuprof: the program closed cpuprof's /proc/self/mem descriptor and it cannot be opened again ({e}); stacks outside threads' own stacks are no longer walked");
             }
         }
+    }
+
+    /// Walk workspaces for the threads there are, and timers for threads nothing announced.
+    fn follow_threads(&self) {
         // Workspaces first: the poll may arm threads that have not yet reached their start.
         if let Some(threads) = crate::sys::procfs::self_thread_count() {
-            state.ensure_workspaces(threads);
+            self.state.ensure_workspaces(threads);
         }
         sampler::thread_timers::sync_with_tasks();
+    }
+
+    /// When objects were loaded or unloaded: their maps are recorded and the DWARF unwinder
+    /// rebuilt.
+    fn follow_loaded_objects(&mut self) {
         let generation = loaded_objects_generation();
-        if generation != objects_seen {
-            objects_seen = generation;
-            out.record_mappings(&read_self_maps());
+        if generation != self.objects_seen {
+            self.objects_seen = generation;
+            self.out.record_mappings(&read_self_maps());
             sampler::refresh_dwarf();
         }
-        let due = Instant::now() >= next_harvest;
+    }
+
+    /// Whether the table's counts are harvested this tick (at doubling intervals).
+    fn harvest_due(&mut self) -> bool {
+        let due = Instant::now() >= self.next_harvest;
         if due {
-            harvest_interval = (harvest_interval * 2).min(MAX_HARVEST_INTERVAL);
-            next_harvest = Instant::now() + harvest_interval;
+            self.harvest_interval = (self.harvest_interval * 2).min(MAX_HARVEST_INTERVAL);
+            self.next_harvest = Instant::now() + self.harvest_interval;
         }
-        let flushing = flush > control.requests().flush_done;
-        let ending = ends_asked != ENDS_SERVED.load(Ordering::SeqCst);
+        due
+    }
+
+    /// Moves records to the output (the table's counts too when `harvest`), completes it for
+    /// an exec that is `ending` the image, rolls epochs, and sets the next tick from the rate
+    /// the ring filled at.
+    fn write_records(&mut self, harvest: bool, ending: bool) {
         // An exec that failed: the trailer written for it is taken back, records go on.
         if !EXEC_PENDING.load(Ordering::SeqCst) {
-            out.resume_after_exec();
+            self.out.resume_after_exec();
         }
-        let drained = out.write_pending(&state, due || flushing || ending);
+        let drained = self.out.write_pending(&self.state, harvest);
         if ending && EXEC_PENDING.load(Ordering::SeqCst) {
-            out.close_for_exec(&state);
+            self.out.close_for_exec(&self.state);
         }
-        if out.roll_if_due(&state, SystemTime::now(), EXEC_PENDING.load(Ordering::SeqCst)) {
+        if self
+            .out
+            .roll_if_due(&self.state, SystemTime::now(), EXEC_PENDING.load(Ordering::SeqCst))
+        {
             // Each epoch's file gets its first harvested counts after a second, as a single
             // profile does: an epoch cut short by SIGKILL holds recent samples.
-            harvest_interval = FIRST_HARVEST;
-            next_harvest = Instant::now() + harvest_interval;
+            self.harvest_interval = FIRST_HARVEST;
+            self.next_harvest = Instant::now() + self.harvest_interval;
         }
-        tick = next_tick(tick, drained, last_drain.elapsed(), state.table.ring_capacity_slots());
-        last_drain = Instant::now();
-        if let Some(every) = checkpoint_every {
+        self.tick = next_tick(
+            self.tick,
+            drained,
+            self.last_drain.elapsed(),
+            self.state.table.ring_capacity_slots(),
+        );
+        self.last_drain = Instant::now();
+    }
+
+    /// With checkpoints on: one when due and something changed, for a flush, or when too many
+    /// records are held.
+    fn checkpoint_if_due(&mut self, flushing: bool) {
+        if let Some(every) = self.checkpoint_every {
             // What a checkpoint would add: new samples, or code loaded or unloaded.
-            let seen = Some((state.interrupts.load(Ordering::Relaxed), objects_seen));
-            let due = Instant::now() >= next_checkpoint && seen != checkpointed;
-            if due || flushing || out.held_bytes() > MAX_HELD_BYTES {
-                out.checkpoint(&state);
-                checkpointed = seen;
-                next_checkpoint = Instant::now() + every;
+            let seen = Some((self.state.interrupts.load(Ordering::Relaxed), self.objects_seen));
+            let due = Instant::now() >= self.next_checkpoint && seen != self.checkpointed;
+            if due || flushing || self.out.held_bytes() > MAX_HELD_BYTES {
+                self.out.checkpoint(&self.state);
+                self.checkpointed = seen;
+                self.next_checkpoint = Instant::now() + every;
             }
-        }
-        if flushing {
-            let copy = snapshot.then(|| out.snapshot(&state));
-            let mut s = control.requests();
-            if copy.is_some() {
-                s.snapshot = copy;
-            }
-            s.flush_done = flush;
-            control.changed.notify_all();
-        }
-        if ending {
-            ENDS_SERVED.store(ends_asked, Ordering::SeqCst);
-            futex::wake_all(&ENDS_SERVED);
         }
     }
+
+    /// Answers the flush (and snapshot) requests read at the start of this tick.
+    fn answer_flush(&mut self, asked: &Asked) {
+        let copy = asked.snapshot.then(|| self.out.snapshot(&self.state));
+        let mut s = self.control.requests();
+        if copy.is_some() {
+            s.snapshot = copy;
+        }
+        s.flush_done = asked.flush;
+        self.control.changed.notify_all();
+    }
+}
+
+/// Answers the process-ending paths' requests up to `asked`, which this tick served.
+fn answer_ends(asked: u32) {
+    ENDS_SERVED.store(asked, Ordering::SeqCst);
+    futex::wake_all(&ENDS_SERVED);
 }
 
 /// The `PROFILE:` line for a profile that `_exit` ended, written with write(2): the exiting
