@@ -62,6 +62,10 @@ pub mod sys;
 pub mod table;
 #[doc(hidden)]
 pub mod unwind;
+#[doc(hidden)]
+pub mod wall;
+#[doc(hidden)]
+pub mod writer;
 
 pub use error::Error;
 pub use profiler::{Profiler, ProfilerBuilder, ProfilerGuard};

@@ -70,7 +70,7 @@ pub struct SamplerState {
     /// [`Labels::Beside`]: the weights of the wall profile's samples.
     wall_weights: WeightCounters,
     /// Called after each sample while the process has no writer thread to drain the ring
-    /// (`session::threadless`); must be async-signal-safe.
+    /// (`writer::threadless`); must be async-signal-safe.
     after_sample: Option<fn(&SamplerState)>,
 }
 

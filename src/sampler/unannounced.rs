@@ -1,5 +1,5 @@
 //! Threads nobody announces, armed from the signal handler while the process has no writer
-//! thread (`session::threadless`).
+//! thread (`writer::threadless`).
 //!
 //! A thread made by raw `clone` (a minimal runtime's) never passes the `pthread_create`
 //! interposer, so it neither starts a waiting writer nor gets a timer; the writer's poll of

@@ -2,12 +2,12 @@
 //! `CPUPROFILE`, `CPUPROFILE_USE_PID` and `CPUPROFILESIGNAL` (the timer options are read by
 //! [`Options::from_env`]).
 
-use super::epochs::EpochOptions;
 use super::options::WallBeside;
 use super::{global, Options};
 use crate::sampler::signals;
 use crate::sys::fd::{identity, GuardedFd};
 use crate::sys::messages;
+use crate::writer::epochs::EpochOptions;
 use std::ffi::{c_int, c_void};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::PathBuf;

@@ -81,8 +81,8 @@ const FORK_LOCKS: usize = if cfg!(target_arch = "x86_64") { 13 } else { 12 };
 fn fork_locks() -> [&'static dyn ForkLock; FORK_LOCKS] {
     [
         global::fork_lock(),
-        super::fork_locks()[0],
-        super::fork_locks()[1],
+        crate::writer::fork_locks()[0],
+        crate::writer::fork_locks()[1],
         crate::sampler::thread_timers::fork_lock(),
         crate::sampler::timer::fork_lock(),
         crate::unwind::safe_read::fork_lock(),
@@ -138,8 +138,8 @@ extern "C" fn in_child() {
     crate::unwind::safe_read::reopen_in_child();
     // What runs in the parent does not run here: its writer, its threadless file, its published
     // sampler state (handlers that were running in its other threads at the fork are gone).
-    super::writer::forget_in_child();
-    super::threadless::forget_in_child();
+    crate::writer::forget_in_child();
+    crate::writer::threadless::forget_in_child();
     crate::sampler::forget_in_forked_child();
     crate::sampler::unannounced::forget_in_child();
     super::autostart::forget_in_child();
@@ -158,7 +158,7 @@ extern "C" fn in_child() {
     }
     crate::sampler::thread_timers::forget_in_child();
     crate::sampler::timer::forget_in_child();
-    super::forget_writers_in_child();
+    crate::writer::forget_writers_in_child();
     crate::sys::thread_names::forget_in_child();
     global::replace_in_forked_child(start_child);
     restore_errno(errno);

@@ -5,96 +5,21 @@
 
 pub mod autostart;
 pub mod children;
-mod contexts;
-pub mod epochs;
 pub mod global;
-mod mappings;
 pub mod options;
 pub mod process_end;
-mod profile_file;
-pub mod threadless;
-mod timing;
-pub mod wall;
-mod writer;
+pub(crate) mod timing;
 
 use crate::error::Error;
-use crate::format::{ProfileWriter, SlotFormat};
 use crate::sampler::{self, SampleSource, SamplerState};
-use crate::sync::Mutex;
-use crate::sys::procfs::read_self_maps;
+use crate::wall;
+use crate::writer::{self, threadless, PendingWriter, WriterControl};
 pub use options::Options;
-use profile_file::ProfileFile;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::SystemTime;
-use writer::WriterControl;
-
-/// The profile file being written, the first error writing it hit, and the code mappings
-/// seen while profiling.
-pub struct OutputFile {
-    writer: ProfileWriter<ProfileFile>,
-    error: Option<std::io::Error>,
-    mappings: mappings::SeenMappings,
-    /// The contexts of the records written (wall mode).
-    contexts: contexts::RecordContexts,
-    /// The wall-clock profile written beside this CPU profile: it takes the samples that
-    /// carry a context.
-    beside: Option<Box<OutputFile>>,
-    /// Completed for an exec under way: where the records ended in the file, and the bytes
-    /// the writer had handed over then (see `writer`'s `complete_for_exec`).
-    exec_trailer_at: Option<(u64, u64)>,
-    /// It holds a wall sampler's samples: its trailer says how many looks are missing
-    /// (`# wall-looks`).
-    wall: bool,
-}
-
-impl OutputFile {
-    /// The profile going to `file`, its header written. `thread_labels`: its samples carry
-    /// their threads, and it says so.
-    fn new(file: ProfileFile, period_us: u64, thread_labels: bool) -> std::io::Result<OutputFile> {
-        let writer = ProfileWriter::new(file, SlotFormat::NATIVE, period_us)?;
-        let mut mappings = mappings::SeenMappings::default();
-        mappings.record(&read_self_maps());
-        Ok(OutputFile {
-            writer,
-            error: None,
-            mappings,
-            contexts: contexts::RecordContexts::new(thread_labels),
-            beside: None,
-            exec_trailer_at: None,
-            wall: false,
-        })
-    }
-
-    /// What the profile needs to be written without a writer thread (its header flushed to
-    /// the file first), or `None` if it cannot be (kept in memory, a write failed).
-    fn threadless(
-        &mut self,
-        path: &Path,
-        max_depth: usize,
-        summary: bool,
-        checkpoint: Option<std::time::Duration>,
-    ) -> Option<Box<threadless::Threadless>> {
-        self.writer.flush().ok()?;
-        let fd = self.writer.get_ref().descriptor()?;
-        threadless::Threadless::new(
-            path,
-            fd,
-            self.writer.get_ref().bytes_in_file(),
-            max_depth,
-            summary,
-            checkpoint,
-        )
-    }
-
-    /// Creates the file at `path` (not followed if a symbolic link, never blocking; regular
-    /// files and /dev/null) with its header.
-    fn create(path: &Path, period_us: u64, thread_labels: bool) -> std::io::Result<OutputFile> {
-        OutputFile::new(ProfileFile::create(path)?, period_us, thread_labels)
-    }
-}
 
 /// What a finished profile holds: gperftools' `PROFILE:` line, in numbers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -143,7 +68,7 @@ pub struct Session {
     source: SampleSource,
     /// Whether this session holds the `/proc/self/mem` descriptor (`unwind::safe_read`).
     reads_memory: bool,
-    /// Wall mode's sampler of threads off the CPU (`session::wall`).
+    /// Wall mode's sampler of threads off the CPU (`wall`).
     wall: Option<wall::WallSampler>,
     /// The profiling signal.
     signal: std::ffi::c_int,
@@ -164,150 +89,6 @@ enum Origin {
         source: SampleSource,
         signal: std::ffi::c_int,
     },
-}
-
-/// What the writer thread needs to run.
-struct PendingWriter {
-    state: Arc<SamplerState>,
-    output: writer::Output,
-    control: Arc<WriterControl>,
-    signal: std::ffi::c_int,
-    source: SampleSource,
-    exit_summary: Option<PathBuf>,
-    checkpoint_every: Option<std::time::Duration>,
-}
-
-impl PendingWriter {
-    fn run(self) -> writer::Finished {
-        writer::run(
-            self.state,
-            self.output,
-            self.control,
-            self.signal,
-            self.source,
-            self.exit_summary,
-            self.checkpoint_every,
-        )
-    }
-
-    /// Takes the file over from `threadless` (what it wrote, or the file it completed), then
-    /// runs.
-    fn run_after_threadless(mut self) -> writer::Finished {
-        if let Some(handed) = threadless::hand_over() {
-            if handed.completed {
-                return writer::Finished::completed_elsewhere(handed.file_bytes);
-            }
-            self.output.note_written_elsewhere(handed);
-        }
-        self.run()
-    }
-}
-
-/// The writer of a profile started in a single-threaded process, waiting for the process's
-/// first thread of its own (`threadless`).
-static WAITING_WRITER: Mutex<Option<PendingWriter>> = Mutex::new(None);
-/// Set while a writer waits; taken by the one call that starts it.
-static WRITER_WAITS: AtomicBool = AtomicBool::new(false);
-/// The process whose writer waits (a vfork child, sharing its memory, never starts it).
-static WRITER_WAITS_IN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-/// The writer started late, for `stop` to join.
-static LATE_WRITER: Mutex<Option<JoinHandle<writer::Finished>>> = Mutex::new(None);
-
-/// Starts the writer of a profile that began in a single-threaded process, if one waits: the
-/// program is about to start a thread of its own (libcpuprof.so's `pthread_create`), or a
-/// control-plane call needs the writer. Not for signal context.
-pub fn start_waiting_writer() {
-    if WRITER_WAITS_IN.load(Ordering::SeqCst) != std::process::id() || !WRITER_WAITS.swap(false, Ordering::SeqCst) {
-        return;
-    }
-    let builder = std::thread::Builder::new().name("cpuprof-writer".into());
-    let spawned = crate::sys::thread::spawn_signal_free(builder, || {
-        // Before the file is handed over: an `_exit` or fatal signal from now on waits for this
-        // writer (which may take a while to start) rather than finding no writer at all.
-        writer::claim_process();
-        sampler::thread_timers::leave_calling_thread_unsampled();
-        // Not in the match: its temporary guard would hold the lock for the writer's life.
-        let pending = WAITING_WRITER.lock().take();
-        match pending {
-            Some(pending) => pending.run_after_threadless(),
-            None => writer::Finished::completed_elsewhere(0),
-        }
-    });
-    match spawned {
-        Ok(handle) => *LATE_WRITER.lock() = Some(handle),
-        Err(e) => {
-            // The profile goes on being written without a thread.
-            WRITER_WAITS.store(true, Ordering::SeqCst);
-            crate::say!(
-                "cpuprof: cannot start the profile's writer thread ({e}); records are written by the signal handler"
-            );
-        }
-    }
-}
-
-/// Before `dlclose` (libcpuprof.so interposes it) in a process whose writer waits: the
-/// mappings and build-ids of the objects loaded now are recorded, as the writer records them
-/// when the loaded objects change, so code unloaded before the profile ends keeps its maps
-/// line. (A running writer notices unloads itself; `dlopen` needs nothing: what it maps is in
-/// the maps at the end unless unloaded, which passes here.) Not for signal context.
-pub fn before_unload() {
-    if WRITER_WAITS_IN.load(Ordering::SeqCst) != std::process::id() || !WRITER_WAITS.load(Ordering::SeqCst) {
-        return;
-    }
-    if let Some(pending) = WAITING_WRITER.lock().as_mut() {
-        pending.output.record_mappings(&crate::sys::procfs::read_self_maps());
-    }
-}
-
-/// The waiting and late writers' locks, held across `fork` (`children`).
-fn fork_locks() -> [&'static dyn crate::sync::ForkLock; 2] {
-    [&WAITING_WRITER, &LATE_WRITER]
-}
-
-/// In a forked child: the parent's waiting writer (its file) and late writer thread are not
-/// the child's. Forgotten, never run, joined or freed here.
-fn forget_writers_in_child() {
-    WRITER_WAITS.store(false, Ordering::SeqCst);
-    std::mem::forget(WAITING_WRITER.lock().take());
-    std::mem::forget(LATE_WRITER.lock().take());
-}
-
-/// The program replaced one of cpuprof's signal handlers (through the interposed `sigaction`):
-/// a waiting writer starts, to notice it and stop sampling rather than feed the program's
-/// handler our signals (`timing::taken_over`; the writer checks at every tick).
-fn writer_notices_takeover(_signal: std::ffi::c_int) {
-    start_waiting_writer();
-    writer::wake();
-}
-
-/// Spawns the writer thread now; returns it and its thread id.
-fn spawn_writer(pending: PendingWriter) -> Result<(JoinHandle<writer::Finished>, Option<libc::pid_t>), Error> {
-    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
-    // Every signal blocked: the program's signals go to its own threads, and SIGXFSZ from a
-    // profile reaching RLIMIT_FSIZE becomes EFBIG here (all writes happen on this thread, the
-    // final ones included).
-    let builder = std::thread::Builder::new().name("cpuprof-writer".into());
-    let thread = crate::sys::thread::spawn_signal_free(builder, move || {
-        writer::claim_process();
-        let _ = tid_tx.send(sampler::thread_timers::gettid());
-        pending.run()
-    })
-    .map_err(Error::Spawn)?;
-    Ok((thread, tid_rx.recv().ok()))
-}
-
-/// Whether a profile with these options can start without a thread of cpuprof's: a single
-/// file of plain CPU samples, in a single-threaded process whose thread creation libcpuprof.so
-/// sees (so the writer starts with the program's first thread). Wall-clock profiles, databases
-/// and labelled or in-memory profiles need their threads from the start.
-fn can_start_threadless(options: &Options) -> bool {
-    threadless::deferral_enabled()
-        && options.in_memory.is_none()
-        && options.epochs.is_none()
-        && !options.wall
-        && options.wall_beside.is_none()
-        && !options.thread_labels
-        && crate::sys::procfs::self_thread_count() == Some(1)
 }
 
 /// The path children's profiles are named from: `path` without the `_<pid>` of the process
@@ -349,44 +130,6 @@ fn check_options(path: &Path, options: &Options, source: SampleSource) -> Result
     Ok(())
 }
 
-/// Opens where the samples go, headers written: the first epoch's file of a database, or the
-/// profile's file (or memory) and the wall-clock profile's file beside it.
-fn open_output(path: &Path, options: &Options, thread_labels: bool) -> Result<writer::Output, Error> {
-    let open_error = |source| Error::Open {
-        path: path.to_path_buf(),
-        source,
-    };
-    Ok(match &options.epochs {
-        Some(epoch_options) => {
-            let db = epochs::Database::new(path, epoch_options.clone(), options.period_us())
-                .with_thread_labels(thread_labels);
-            let first = db.open(SystemTime::now(), Default::default()).map_err(open_error)?;
-            db.apply_budget(SystemTime::now());
-            writer::Output::Epochs(writer::EpochOutput::new(db, first))
-        }
-        None => {
-            let mut out = match options.in_memory {
-                Some(limit) => OutputFile::new(ProfileFile::in_memory(limit), options.period_us(), thread_labels),
-                // Not followed if a symbolic link, never blocking, regular files and /dev/null.
-                None => OutputFile::create(path, options.period_us(), thread_labels),
-            }
-            .map_err(open_error)?;
-            out.wall = options.wall;
-            if let Some(beside) = &options.wall_beside {
-                let period_us = 1_000_000 / u64::from(beside.frequency.max(1));
-                let mut wall_out =
-                    OutputFile::create(&beside.path, period_us, false).map_err(|source| Error::Open {
-                        path: beside.path.clone(),
-                        source,
-                    })?;
-                wall_out.wall = true;
-                out.beside = Some(Box::new(wall_out));
-            }
-            writer::Output::File(out)
-        }
-    })
-}
-
 /// The handler's state for these options: which samples carry their thread, and with
 /// `threadless`, the hook that writes records without a writer thread.
 fn sampler_state(options: &Options, source: SampleSource, thread_labels: bool, threadless: bool) -> SamplerState {
@@ -409,32 +152,6 @@ fn sampler_state(options: &Options, source: SampleSource, thread_labels: bool, t
         state.call_after_each_sample(threadless::after_sample);
     }
     state
-}
-
-/// Starts the writer thread, or with `threadless`, leaves it waiting for the program's first
-/// thread (the handler writes meanwhile); returns the thread and its id, if it started.
-fn start_writer(
-    pending: PendingWriter,
-    threadless: Option<Box<threadless::Threadless>>,
-    options: &Options,
-) -> Result<(Option<JoinHandle<writer::Finished>>, Option<libc::pid_t>), Error> {
-    match threadless {
-        Some(threadless) => {
-            threadless::publish(threadless);
-            if let SampleSource::ThreadTimers(_) = pending.source {
-                let period_ns = 1_000_000_000 / u64::from(options.frequency.max(1));
-                sampler::unannounced::watch(pending.signal, period_ns, sampler::thread_timers::gettid());
-            }
-            *WAITING_WRITER.lock() = Some(pending);
-            WRITER_WAITS_IN.store(std::process::id(), Ordering::SeqCst);
-            WRITER_WAITS.store(true, Ordering::SeqCst);
-            Ok((None, None))
-        }
-        None => {
-            let (thread, tid) = spawn_writer(pending)?;
-            Ok((Some(thread), tid))
-        }
-    }
 }
 
 /// Takes a use of the /proc/self/mem descriptor (`unwind::safe_read`), saying what is lost
@@ -476,10 +193,10 @@ impl Session {
         // CPU profile the labelled samples are the wall profile's.
         let thread_labels = options.thread_labels && !wall;
         crate::sys::thread_names::want(thread_labels);
-        let mut output = open_output(path, &options, thread_labels)?;
+        let mut output = writer::Output::open(path, &options, thread_labels)?;
         let summary = options.report_on_stderr && crate::sys::messages::speaks();
         let threadless = match &mut output {
-            writer::Output::File(out) if can_start_threadless(&options) => {
+            writer::Output::Single(out) if writer::can_start_threadless(&options) => {
                 out.threadless(path, options.table.max_depth, summary, options.checkpoint)
             }
             _ => None,
@@ -498,8 +215,8 @@ impl Session {
             exit_summary: summary.then(|| path.to_path_buf()),
             checkpoint_every: options.checkpoint,
         };
-        crate::sampler::signals::on_takeover(writer_notices_takeover);
-        let (writer_thread, writer_tid) = start_writer(pending, threadless, &options)?;
+        crate::sampler::signals::on_takeover(writer::writer_notices_takeover);
+        let (writer_thread, writer_tid) = writer::start_writer(pending, threadless, &options)?;
         crate::unwind::THREAD_STACKS.register_current_thread();
         let reads_memory = acquire_memory_reads();
         sampler::publish(state.clone());
@@ -583,7 +300,7 @@ impl Session {
 
     /// A complete copy of the profile so far; profiling goes on (not in epoch mode).
     pub fn snapshot(&self) -> Result<Vec<u8>, Error> {
-        start_waiting_writer();
+        writer::start_waiting_writer();
         if threadless::active() {
             return Err(Error::Write {
                 path: self.path.clone(),
@@ -658,8 +375,8 @@ impl Session {
         // can see), writes the trailer and maps, and closes the file.
         self.control.request_stop();
         let writer = self.writer.take().or_else(|| {
-            start_waiting_writer();
-            LATE_WRITER.lock().take()
+            writer::start_waiting_writer();
+            writer::take_late_writer()
         });
         let finished = match writer.map(JoinHandle::join) {
             Some(Ok(finished)) => finished,

@@ -17,9 +17,9 @@
 //! (no libc entry point to interpose; rare outside runtimes such as Go's, which do not run
 //! under LD_PRELOAD profilers anyway).
 
-use super::writer::{self, EndRequest};
-use super::{children, threadless};
+use super::children;
 use crate::sampler::{self, thread_timers, timer};
+use crate::writer::{self, threadless, EndRequest};
 use std::ffi::c_int;
 use std::time::Duration;
 

@@ -623,7 +623,7 @@ impl Threadless {
         write_line(
             pid,
             ppid,
-            super::children::is_forked_child(),
+            crate::session::children::is_forked_child(),
             cmdline_args(&buffer[..n]),
             &mut |piece: &[u8]| {
                 if staged + piece.len() > stage.len() {

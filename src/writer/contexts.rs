@@ -61,7 +61,7 @@ impl RecordContexts {
     }
 
     /// [`text`](Self::text) with the contexts `more` of records written after these (a
-    /// checkpoint's tail, `session::writer`).
+    /// checkpoint's tail, `writer`).
     pub fn text_with(&self, more: &[(u64, u64, SampleContext)]) -> Vec<u8> {
         let mut text = String::new();
         if self.cpu_profile && !(self.runs.is_empty() && more.is_empty()) {
