@@ -48,6 +48,8 @@ mod claim_pool;
 pub mod error;
 pub mod format;
 pub mod http;
+#[doc(hidden)]
+pub mod in_program;
 mod profiler;
 pub mod report;
 #[doc(hidden)]
@@ -56,8 +58,6 @@ pub mod sampler;
 pub mod session;
 mod symbolize;
 mod sync;
-#[doc(hidden)]
-pub mod sys;
 #[doc(hidden)]
 pub mod table;
 #[doc(hidden)]

@@ -27,10 +27,10 @@
 //! `setfsgid`, `prctl(PR_SET_DUMPABLE, 0)`) first let a running wall-clock sampler keep what it
 //! will no longer be able to open (`cpuprof::wall::before_credential_change`).
 
+use cpuprof_core::in_program::messages;
 use cpuprof_core::sampler::{signals, thread_timers, StartChain, ThreadFilter, ROOT_FRAMES};
 use cpuprof_core::session::options::{parse_frequency, WallBeside, DEFAULT_FREQUENCY, MAX_WALL_FREQUENCY};
 use cpuprof_core::session::{autostart, children, global, process_end, Options};
-use cpuprof_core::sys::messages;
 use cpuprof_core::unwind::{self, StackReader, THREAD_STACKS};
 use cpuprof_core::wall;
 use cpuprof_core::writer::epochs::{EpochOptions, MIN_EPOCH};
@@ -60,7 +60,7 @@ pub struct ProfilerState {
 #[ctor::ctor(unsafe)]
 fn load() {
     resolve_real_functions();
-    // Who speaks on stderr, decided before anything is said (`sys::messages`).
+    // Who speaks on stderr, decided before anything is said (`in_program::messages`).
     messages::decide_from_env(|k| std::env::var(k).ok());
     // Before anything can sample or call ProfilerGetStackTrace: stack memory outside the
     // threads' own stacks is read through this descriptor. Without /proc, sessions say so.

@@ -67,7 +67,7 @@ pub fn watch(signal: c_int, period_ns: u64, known: libc::pid_t) {
         return;
     }
     // SAFETY: F_DUPFD_CLOEXEC of our own descriptor; the original is closed.
-    let high = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, crate::sys::fd::high_floor()) };
+    let high = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, crate::in_program::fd::high_floor()) };
     let fd = if high >= 0 {
         // SAFETY: ours, replaced by `high`.
         unsafe { libc::close(fd) };

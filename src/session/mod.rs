@@ -192,9 +192,9 @@ impl Session {
         // Thread labels of CPU samples; a wall profile labels every sample anyway, and beside a
         // CPU profile the labelled samples are the wall profile's.
         let thread_labels = options.thread_labels && !wall;
-        crate::sys::thread_names::want(thread_labels);
+        crate::in_program::thread_names::want(thread_labels);
         let mut output = writer::Output::open(path, &options, thread_labels)?;
-        let summary = options.report_on_stderr && crate::sys::messages::speaks();
+        let summary = options.report_on_stderr && crate::in_program::messages::speaks();
         let threadless = match &mut output {
             writer::Output::Single(out) if writer::can_start_threadless(&options) => {
                 out.threadless(path, options.table.max_depth, summary, options.checkpoint)
@@ -394,9 +394,9 @@ impl Session {
             }
         };
         drop(unpublished);
-        crate::sys::thread_names::want(false);
+        crate::in_program::thread_names::want(false);
         sampler::set_dwarf(None);
-        crate::sys::procfs::close();
+        crate::in_program::procfs::close();
         let stats = &self.state.table.stats;
         let (interrupts, evictions, lost) = (
             self.state.interrupts.load(Ordering::Relaxed),
@@ -516,7 +516,7 @@ fn pending(signal: std::ffi::c_int) -> (usize, bool) {
             .is_some_and(|pending| pending & bit != 0)
     };
     let process = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| has(&s, "ShdPnd:"));
-    let Some(tids) = crate::sys::procfs::self_tids() else {
+    let Some(tids) = crate::in_program::procfs::self_tids() else {
         return (0, process);
     };
     let holding = |tid: &&libc::pid_t| {

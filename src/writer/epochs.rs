@@ -20,7 +20,7 @@ use super::sink::OutputSink;
 use super::ProfileOutput;
 use crate::format::database::{epoch_name, parse_epoch_name, FileName};
 use crate::format::{ProfileWriter, SlotFormat};
-use crate::sys::procfs::read_self_maps;
+use crate::in_program::procfs::read_self_maps;
 use std::ffi::CString;
 use std::io;
 use std::os::unix::ffi::OsStrExt;

@@ -67,7 +67,7 @@ pub fn start_waiting_writer() {
         return;
     }
     let builder = std::thread::Builder::new().name("cpuprof-writer".into());
-    let spawned = crate::sys::thread::spawn_signal_free(builder, || {
+    let spawned = crate::in_program::thread::spawn_signal_free(builder, || {
         // Before the file is handed over: an `_exit` or fatal signal from now on waits for this
         // writer (which may take a while to start) rather than finding no writer at all.
         super::claim_process();
@@ -101,7 +101,9 @@ pub fn before_unload() {
         return;
     }
     if let Some(pending) = WAITING_WRITER.lock().as_mut() {
-        pending.output.record_mappings(&crate::sys::procfs::read_self_maps());
+        pending
+            .output
+            .record_mappings(&crate::in_program::procfs::read_self_maps());
     }
 }
 
@@ -133,7 +135,7 @@ fn spawn_writer(pending: PendingWriter) -> Result<(JoinHandle<Finished>, Option<
     // profile reaching RLIMIT_FSIZE becomes EFBIG here (all writes happen on this thread, the
     // final ones included).
     let builder = std::thread::Builder::new().name("cpuprof-writer".into());
-    let thread = crate::sys::thread::spawn_signal_free(builder, move || {
+    let thread = crate::in_program::thread::spawn_signal_free(builder, move || {
         super::claim_process();
         let _ = tid_tx.send(sampler::thread_timers::gettid());
         pending.run()
@@ -153,7 +155,7 @@ pub(crate) fn can_start_threadless(options: &Options) -> bool {
         && !options.wall
         && options.wall_beside.is_none()
         && !options.thread_labels
-        && crate::sys::procfs::self_thread_count() == Some(1)
+        && crate::in_program::procfs::self_thread_count() == Some(1)
 }
 
 /// Starts the writer thread, or with `threadless`, leaves it waiting for the program's first

@@ -41,10 +41,10 @@ pub(crate) use launch::{
 pub use output::{EpochOutput, Output};
 pub use profile::ProfileOutput;
 
+use crate::in_program::futex;
+use crate::in_program::procfs::read_self_maps;
 use crate::sampler::{self, SampleSource, SamplerState};
 use crate::session::timing;
-use crate::sys::futex;
-use crate::sys::procfs::read_self_maps;
 use crate::unwind::dwarf::loaded_objects_generation;
 use crate::unwind::THREAD_STACKS;
 use profile::remember_process_line;
@@ -484,7 +484,7 @@ impl Writer {
     /// Walk workspaces for the threads there are, and timers for threads nothing announced.
     fn follow_threads(&self) {
         // Workspaces first: the poll may arm threads that have not yet reached their start.
-        if let Some(threads) = crate::sys::procfs::self_thread_count() {
+        if let Some(threads) = crate::in_program::procfs::self_thread_count() {
             self.state.ensure_workspaces(threads);
         }
         sampler::thread_timers::sync_with_tasks();
@@ -589,7 +589,7 @@ fn print_exit_summary(state: &SamplerState, finished: &Finished, path: PathBuf) 
         Ok(()) => report.summary_line(),
         Err(_) => report.incomplete_summary_line(),
     } + "\n";
-    crate::sys::messages::say_bytes(line.as_bytes());
+    crate::in_program::messages::say_bytes(line.as_bytes());
 }
 
 /// The wait before the next drain: the time a quarter of the ring's capacity takes to fill at

@@ -82,7 +82,7 @@ impl EpochOutput {
                 temporary.display()
             );
             // No lock: see print_exit_summary.
-            crate::sys::messages::say_bytes(message.as_bytes());
+            crate::in_program::messages::say_bytes(message.as_bytes());
             self.error.get_or_insert(e);
         }
         self.db.apply_budget(SystemTime::now());

@@ -9,8 +9,8 @@ use super::sink::OutputSink;
 use super::{threadless, Finished};
 use crate::format::writer::{encode_record, record_size};
 use crate::format::{ProcessLine, ProfileWriter, SampleContext, SignalWeights, SlotFormat, TRAILER};
+use crate::in_program::procfs::read_self_maps;
 use crate::sampler::SamplerState;
-use crate::sys::procfs::read_self_maps;
 use std::io;
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -84,7 +84,7 @@ impl ProfileOutput {
 /// The `# process` line of this process as it is now: ids, origin, and `/proc/self/cmdline`
 /// (no arguments if it cannot be read).
 fn process_line() -> String {
-    let args = crate::sys::procfs::read_self_cmdline(crate::format::process::MAX_COMMAND_LINE);
+    let args = crate::in_program::procfs::read_self_cmdline(crate::format::process::MAX_COMMAND_LINE);
     ProcessLine {
         pid: std::process::id(),
         // SAFETY: getppid has no preconditions.

@@ -21,7 +21,7 @@
 //!
 //! [`ProfileWriter`]: crate::format::ProfileWriter
 
-use crate::sys::fd::GuardedFd;
+use crate::in_program::fd::GuardedFd;
 use std::ffi::CString;
 use std::io::{self, Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -436,7 +436,7 @@ mod tests {
         let taken = file.raw_fd();
         assert!(file.close().is_err());
         assert!(
-            crate::sys::fd::identity(taken).is_some(),
+            crate::in_program::fd::identity(taken).is_some(),
             "the program's descriptor stays open"
         );
         // SAFETY: closes the test's own duplicate.
