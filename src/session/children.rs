@@ -88,7 +88,7 @@ fn fork_locks() -> [&'static dyn ForkLock; FORK_LOCKS] {
         crate::unwind::safe_read::fork_lock(),
         crate::unwind::THREAD_STACKS.fork_lock(),
         #[cfg(target_arch = "x86_64")]
-        crate::unwind::rbx_cfa::fork_lock(),
+        crate::arch::x86_64::rbx_cfa::fork_lock(),
         crate::in_program::procfs::fork_locks()[0],
         crate::in_program::procfs::fork_locks()[1],
         crate::in_program::procfs::fork_locks()[2],
