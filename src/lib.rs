@@ -51,6 +51,8 @@ pub mod elf;
 pub mod error;
 pub mod format;
 pub mod http;
+#[doc(hidden)]
+pub mod in_program;
 mod profiler;
 pub mod report;
 #[doc(hidden)]
@@ -60,11 +62,13 @@ pub mod session;
 mod symbolize;
 mod sync;
 #[doc(hidden)]
-pub mod sys;
-#[doc(hidden)]
 pub mod table;
 #[doc(hidden)]
 pub mod unwind;
+#[doc(hidden)]
+pub mod wall;
+#[doc(hidden)]
+pub mod writer;
 
 pub use error::Error;
 pub use profiler::{Profiler, ProfilerBuilder, ProfilerGuard};

@@ -4,11 +4,11 @@
 use crate::error::Error;
 use crate::report::Report;
 use crate::sampler::{Clock, UnwinderChoice};
-use crate::session::epochs::{EpochOptions, DEFAULT_EPOCH_SECONDS};
 use crate::session::options::{
     clamp_depth, TimerChoice, WallBeside, DEFAULT_MEMORY_LIMIT, MAX_TABLE_ENTRIES, MIN_TABLE_ENTRIES,
 };
 use crate::session::{global, Options, Summary};
+use crate::writer::epochs::{EpochOptions, DEFAULT_EPOCH_SECONDS};
 use std::path::Path;
 use std::time::Duration;
 

@@ -10,7 +10,7 @@
 //! a forked child may inherit held. With one word per lock, the `pthread_atfork` handlers can
 //! hold every cpuprof lock while the process forks and simply mark them free afterwards.
 
-use crate::sys::futex;
+use crate::in_program::futex;
 use std::cell::{Cell, UnsafeCell};
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -399,9 +399,9 @@ fn library_unit_tests_under_qemu() {
             "--skip",
             "unwind::thread_stacks::tests::requested_threads_are_resolved_and_vouched",
             "--skip",
-            "sys::thread::tests::the_new_thread_blocks_everything_and_the_creator_keeps_its_mask",
+            "in_program::thread::tests::the_new_thread_blocks_everything_and_the_creator_keeps_its_mask",
             "--skip",
-            "session::wall::tests::the_cpu_clock_of_a_thread_id_is_that_threads",
+            "wall::tests::the_cpu_clock_of_a_thread_id_is_that_threads",
         ],
         &[],
     );

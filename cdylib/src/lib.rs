@@ -25,15 +25,16 @@
 //! The calls that change credentials and so make the process non-dumpable (`setuid`, `setgid`,
 //! `seteuid`, `setegid`, `setreuid`, `setregid`, `setresuid`, `setresgid`, `setfsuid`,
 //! `setfsgid`, `prctl(PR_SET_DUMPABLE, 0)`) first let a running wall-clock sampler keep what it
-//! will no longer be able to open (`cpuprof::session::wall::before_credential_change`).
+//! will no longer be able to open (`cpuprof::wall::before_credential_change`).
 
+use cpuprof_core::in_program::messages;
 use cpuprof_core::sampler::{signals, thread_timers, StartChain, ThreadFilter, ROOT_FRAMES};
-use cpuprof_core::session::epochs::{EpochOptions, MIN_EPOCH};
 use cpuprof_core::session::options::{parse_frequency, WallBeside, DEFAULT_FREQUENCY, MAX_WALL_FREQUENCY};
-use cpuprof_core::session::start_waiting_writer;
-use cpuprof_core::session::{autostart, children, global, process_end, threadless, wall, Options};
-use cpuprof_core::sys::messages;
+use cpuprof_core::session::{autostart, children, global, process_end, Options};
 use cpuprof_core::unwind::{self, StackReader, THREAD_STACKS};
+use cpuprof_core::wall;
+use cpuprof_core::writer::epochs::{EpochOptions, MIN_EPOCH};
+use cpuprof_core::writer::{start_waiting_writer, threadless};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
@@ -59,7 +60,7 @@ pub struct ProfilerState {
 #[ctor::ctor(unsafe)]
 fn load() {
     resolve_real_functions();
-    // Who speaks on stderr, decided before anything is said (`sys::messages`).
+    // Who speaks on stderr, decided before anything is said (`in_program::messages`).
     messages::decide_from_env(|k| std::env::var(k).ok());
     // Before anything can sample or call ProfilerGetStackTrace: stack memory outside the
     // threads' own stacks is read through this descriptor. Without /proc, sessions say so.
@@ -248,14 +249,14 @@ type DlcloseFn = unsafe extern "C" fn(*mut c_void) -> c_int;
 
 /// Interposes `dlclose(3)`: in a process without a writer thread yet, the objects' mappings
 /// and build-ids are recorded first, so code unloaded before the profile ends is still named
-/// (`session::before_unload`). (Not `dlopen`: glibc finds the library from the calling
+/// (`writer::before_unload`). (Not `dlopen`: glibc finds the library from the calling
 /// object's run path, which an interposer would replace with its own.)
 ///
 /// # Safety
 /// As `dlclose(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
-    cpuprof_core::session::before_unload();
+    cpuprof_core::writer::before_unload();
     match real::<DlcloseFn>(Real::Dlclose) {
         Some(f) => f(handle),
         None => -1,
@@ -304,7 +305,7 @@ pub unsafe extern "C" fn pthread_create(
         return libc::EAGAIN;
     };
     // The program becomes multi-threaded: a profile that started without a thread of its own
-    // (`session::threadless`) gets its writer now.
+    // (`writer::threadless`) gets its writer now.
     start_waiting_writer();
     let call = Box::into_raw(Box::new((start, arg)));
     let rc = real(thread, attr, start_thread, call as *mut c_void);

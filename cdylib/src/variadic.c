@@ -6,7 +6,7 @@
  * without these a forked child's `fork(); execl(...)` skipped cpuprof's exec handling.
  *
  * clone: a thread made with glibc's clone wrapper (CLONE_THREAD) rather than pthread_create
- * starts the profile's waiting writer first, as pthread_create does (session::threadless):
+ * starts the profile's waiting writer first, as pthread_create does (writer::threadless):
  * the writer's poll then finds and arms it, where the signal handler, which looks for such
  * threads too, runs only while a thread already armed runs.
  *

@@ -208,6 +208,60 @@ pub mod dwarf {
     }
 }
 
+/// This architecture's side of the contract ([`super::Architecture`]): the free functions
+/// above, which the crate calls.
+pub struct Native;
+
+impl super::Architecture for Native {
+    type Registers = Registers;
+    type UnwindRegs = dwarf::UnwindRegs;
+
+    #[inline(always)]
+    fn registers(pc: u64, sp: u64, fp: u64) -> Registers {
+        Registers::new(pc, sp, fp)
+    }
+
+    #[inline(always)]
+    unsafe fn interrupted_registers(uc: *const c_void) -> Registers {
+        interrupted_registers(uc)
+    }
+
+    #[inline(always)]
+    fn calling_registers() -> Registers {
+        calling_registers()
+    }
+
+    #[inline(always)]
+    fn thread_pointer() -> u64 {
+        thread_pointer()
+    }
+
+    #[inline(always)]
+    fn current_sp() -> u64 {
+        current_sp()
+    }
+
+    #[inline(always)]
+    unsafe fn call_on_stack(top: usize, f: extern "C" fn(*mut c_void), arg: *mut c_void) {
+        call_on_stack(top, f, arg)
+    }
+
+    #[inline(always)]
+    fn return_address(stored: u64) -> u64 {
+        return_address(stored)
+    }
+
+    #[inline(always)]
+    fn frameless_leaf_caller(regs: &Registers, stack: &mut StackReader) -> Option<u64> {
+        frameless_leaf_caller(regs, stack)
+    }
+
+    #[inline(always)]
+    fn unwind_regs(regs: &Registers, max_code_address: u64) -> dwarf::UnwindRegs {
+        dwarf::unwind_regs(regs, max_code_address)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,16 +4,79 @@
 //! siginfo fields the handler reads, return addresses as stored on the stack (pointer
 //! authentication), the frame-pointer walk's first step, and framehop's unwinder for DWARF.
 //! Code in these modules runs in signal context: no allocation, locks or panics.
+//!
+//! The contract is [`Architecture`]: each module implements it for its `Native`, so a module
+//! that lacks an item, or gives one another signature, fails to compile on its target (the
+//! aarch64 cross build checks the other one). The rest of the crate calls the module's free
+//! functions, re-exported here, which the implementation delegates to: the contract costs the
+//! signal handler nothing. What only one architecture needs lives under its module
+//! (`x86_64::rbx_cfa`: ld.so's frames whose CFA is computed from rbx).
 
 #[cfg(target_arch = "aarch64")]
-mod aarch64;
+pub mod aarch64;
 #[cfg(target_arch = "x86_64")]
-mod x86_64;
+pub mod x86_64;
 
 #[cfg(target_arch = "aarch64")]
 pub use aarch64::*;
 #[cfg(target_arch = "x86_64")]
 pub use x86_64::*;
+
+use crate::unwind::StackReader;
+use std::ffi::c_void;
+
+/// What every architecture module provides (see the module's documentation). Implemented by
+/// each module's `Native`, delegating to the module's free functions of the same names.
+pub trait Architecture {
+    /// Registers a walk starts from: `pc`, `sp`, `fp` (public fields), and what else the
+    /// architecture's walk uses.
+    type Registers: Copy + std::fmt::Debug;
+    /// framehop's register set for this architecture (`dwarf::UnwindRegs`).
+    type UnwindRegs;
+
+    /// `Registers::new`: PC, SP and frame pointer only (what `/proc/PID/task/TID/syscall` or a
+    /// test gives).
+    fn registers(pc: u64, sp: u64, fp: u64) -> Self::Registers;
+
+    /// Registers of the interrupted code. Async-signal-safe.
+    ///
+    /// # Safety
+    /// `uc` must be the third argument of an `SA_SIGINFO` handler.
+    unsafe fn interrupted_registers(uc: *const c_void) -> Self::Registers;
+
+    /// The registers of the function this is inlined into, where it calls in.
+    fn calling_registers() -> Self::Registers;
+
+    /// The calling thread's thread pointer (glibc's `pthread_self()` is near it).
+    /// Async-signal-safe.
+    fn thread_pointer() -> u64;
+
+    /// The stack pointer where this is inlined.
+    fn current_sp() -> u64;
+
+    /// Calls `f(arg)` with the stack pointer at `top`, and returns on the caller's stack.
+    /// Async-signal-safe.
+    ///
+    /// # Safety
+    /// `top` must be the 16-byte aligned top of writable memory large enough for `f`.
+    unsafe fn call_on_stack(top: usize, f: extern "C" fn(*mut c_void), arg: *mut c_void);
+
+    /// A return address as stored in a frame record (or link register), as a code address.
+    fn return_address(stored: u64) -> u64;
+
+    /// The caller of an interrupted function that has no frame record yet, where the
+    /// architecture can tell it (a link register); `None` otherwise.
+    fn frameless_leaf_caller(regs: &Self::Registers, stack: &mut StackReader) -> Option<u64>;
+
+    /// The registers framehop starts a walk from (`dwarf::unwind_regs`).
+    fn unwind_regs(regs: &Self::Registers, max_code_address: u64) -> Self::UnwindRegs;
+}
+
+/// The architecture this is built for must meet the contract with the very types the crate uses
+/// through the re-exports above.
+const _: fn() = meets_the_contract::<Native>;
+
+fn meets_the_contract<A: Architecture<Registers = Registers, UnwindRegs = dwarf::UnwindRegs>>() {}
 
 #[cfg(not(all(any(target_arch = "x86_64", target_arch = "aarch64"), target_os = "linux")))]
 compile_error!("cpuprof supports x86-64 and aarch64 Linux only");

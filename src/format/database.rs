@@ -1,4 +1,4 @@
-//! Names in a profile database, shared by the writer (`session::epochs`) and the readers (the
+//! Names in a profile database, shared by the writer (`writer::epochs`) and the readers (the
 //! CLI's `db`, `history`, `--db`): `DB/<epoch>/<file>`.
 //!
 //! * `<epoch>` is the epoch's start in UTC, `YYYYMMDDTHHMMSSZ`, with milliseconds

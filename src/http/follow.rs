@@ -23,7 +23,7 @@
 //! thread of the parent was half-way through changing it: a torn record fails the identity
 //! check and is left alone.
 
-use crate::sys::fd::{high_floor, identity};
+use crate::in_program::fd::{high_floor, identity};
 use std::io;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};

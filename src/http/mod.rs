@@ -112,7 +112,7 @@ fn serve_socket(socket: OwnedFd) -> io::Result<SocketAddr> {
     let (listener, held) = follow::into_listener(socket)?;
     let bound = listener.local_addr()?;
     let builder = std::thread::Builder::new().name("cpuprof-http".into());
-    crate::sys::thread::spawn_signal_free(builder, move || listen(listener, held))?;
+    crate::in_program::thread::spawn_signal_free(builder, move || listen(listener, held))?;
     Ok(bound)
 }
 
@@ -242,7 +242,7 @@ pub fn serve_from_env() {
         follow::mark_tree(pid, Some(target), &requested);
     }
     let builder = std::thread::Builder::new().name("cpuprof-http".into());
-    let waiting = crate::sys::thread::spawn_signal_free(builder, move || {
+    let waiting = crate::in_program::thread::spawn_signal_free(builder, move || {
         let socket = follow::standby(standby_socket, target);
         if let Ok((listener, held)) = follow::into_listener(socket) {
             announce(target, &format!(" (pid {}; the port was freed)", std::process::id()));
@@ -275,9 +275,9 @@ fn announce(bound: SocketAddr, whose: &str) {
     // The first announcement is the root's; a later one (the port was freed) comes from the
     // process the endpoint moved to, which is never the root, and is said all the same.
     if whose.is_empty() {
-        crate::sys::messages::say(line);
+        crate::in_program::messages::say(line);
     } else {
-        crate::sys::messages::say_for_tree(line);
+        crate::in_program::messages::say_for_tree(line);
     }
 }
 
@@ -327,7 +327,7 @@ fn accept(conn: TcpStream) {
         // Not smaller than the default: compressing the protobuf (miniz_oxide) uses a few
         // hundred KiB of stack in unoptimised builds.
         .stack_size(2 * 1024 * 1024);
-    let spawned = crate::sys::thread::spawn_signal_free(builder, move || {
+    let spawned = crate::in_program::thread::spawn_signal_free(builder, move || {
         let response = match request::read_request(&mut Deadline::after(&conn, REQUEST_TIMEOUT)) {
             Ok(req) => endpoints::handle(&req, &|wait| client_hung_up(&conn, wait)),
             Err(refusal) => refusal,

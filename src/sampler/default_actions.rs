@@ -171,15 +171,15 @@ unsafe extern "C" fn on_ending_signal(signal: c_int, info: *mut libc::siginfo_t,
             let before_end: fn() = unsafe { std::mem::transmute::<usize, fn()>(before_end) };
             before_end();
             COMPLETION.store(2, Ordering::SeqCst);
-            crate::sys::futex::wake_all(&COMPLETION);
+            crate::in_program::futex::wake_all(&COMPLETION);
         } else {
-            let deadline = crate::sys::futex::monotonic_now() + COMPLETION_WAIT;
+            let deadline = crate::in_program::futex::monotonic_now() + COMPLETION_WAIT;
             while COMPLETION.load(Ordering::SeqCst) == 1 {
-                let now = crate::sys::futex::monotonic_now();
+                let now = crate::in_program::futex::monotonic_now();
                 if now >= deadline {
                     break;
                 }
-                crate::sys::futex::wait(&COMPLETION, 1, deadline - now);
+                crate::in_program::futex::wait(&COMPLETION, 1, deadline - now);
             }
         }
     }

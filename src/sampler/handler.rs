@@ -70,7 +70,7 @@ pub struct SamplerState {
     /// [`Labels::Beside`]: the weights of the wall profile's samples.
     wall_weights: WeightCounters,
     /// Called after each sample while the process has no writer thread to drain the ring
-    /// (`session::threadless`); must be async-signal-safe.
+    /// (`writer::threadless`); must be async-signal-safe.
     after_sample: Option<fn(&SamplerState)>,
 }
 
@@ -211,7 +211,7 @@ impl SamplerState {
     ///
     /// # Safety
     /// `uc` must be the ucontext of the signal being handled on this thread.
-    unsafe fn sample(&self, uc: *const c_void, (weight, delivery): (u64, Option<Delivery>)) {
+    unsafe fn sample(&self, in_flight: &InFlight, uc: *const c_void, (weight, delivery): (u64, Option<Delivery>)) {
         if let Some(filter) = self.filter {
             if (filter.func)(filter.arg) == 0 {
                 return;
@@ -227,7 +227,7 @@ impl SamplerState {
             self.record_own(&mut chain, 1, weight, delivery);
             return;
         };
-        let n = self.walk(interrupted_registers(uc), true, &mut workspace);
+        let n = self.walk(in_flight, interrupted_registers(uc), true, &mut workspace);
         self.record_own(&mut workspace.frames, n, weight, delivery);
     }
 
@@ -317,8 +317,8 @@ impl SamplerState {
     /// Walks the stack at `regs` into `workspace.frames`, on the workspace's own stack, as
     /// every sample is walked: the calling thread's own stack (`own`: its registry range
     /// vouches for reads), or another thread's, every word of which is copied by the kernel.
-    /// Callers have incremented IN_FLIGHT.
-    fn walk(&self, regs: Registers, own: bool, workspace: &mut Workspace) -> usize {
+    /// `in_flight`: the caller's guard, which keeps the DWARF unwinder alive.
+    fn walk(&self, in_flight: &InFlight, regs: Registers, own: bool, workspace: &mut Workspace) -> usize {
         let top = if own {
             let tp = thread_pointer();
             let top = THREAD_STACKS.vouched_top(tp, regs.sp);
@@ -330,14 +330,13 @@ impl SamplerState {
             None
         };
         let dwarf = match self.unwinder {
-            UnwinderChoice::Auto => DWARF.load(Ordering::SeqCst),
-            UnwinderChoice::FramePointer => std::ptr::null_mut(),
+            UnwinderChoice::Auto => in_flight.dwarf(),
+            UnwinderChoice::FramePointer => None,
         };
         workspace.run(|frames, window| {
             let mut stack = StackReader::new(regs.sp, top, window);
-            // SAFETY: a published unwinder stays alive while IN_FLIGHT is non-zero (`set_dwarf`).
             // Another thread's registers come from /proc/.../syscall, without rbp.
-            match unsafe { dwarf.as_ref() }.and_then(|d| d.walk(regs, &mut stack, frames, !own)) {
+            match dwarf.and_then(|d| d.walk(regs, &mut stack, frames, !own)) {
                 Some(n) => n,
                 None => unwind::walk(regs, &mut stack, frames),
             }
@@ -351,12 +350,10 @@ pub fn workspaces_for_threads() {
     // Counted here, not from /proc (no descriptor is opened in the program's thread start):
     // the threads started through the interposer and not yet ended, and the main thread.
     let threads = STARTED_THREADS.fetch_add(1, Ordering::Relaxed) + 2;
-    IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
-    // SAFETY: the state stays alive while IN_FLIGHT is non-zero (see `unpublish`).
-    if let Some(state) = unsafe { CURRENT.load(Ordering::SeqCst).as_ref() } {
+    let in_flight = InFlight::enter();
+    if let Some(state) = in_flight.state() {
         state.ensure_workspaces(threads);
     }
-    IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
 }
 
 /// Called by a thread started through the interposer as it ends (see
@@ -374,20 +371,16 @@ static STARTED_THREADS: AtomicUsize = AtomicUsize::new(0);
 /// DWARF walk needs ~17 KiB, more than a small thread stack may have left); with no profile
 /// running or no workspace free, the chain is empty.
 pub fn walk_outside_handler(regs: Registers, out: &mut [u64]) -> usize {
-    IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
-    // SAFETY: the state stays alive while IN_FLIGHT is non-zero (see `unpublish`).
-    let state = unsafe { CURRENT.load(Ordering::SeqCst).as_ref() };
-    let n = state.map_or(0, |state| {
+    let in_flight = InFlight::enter();
+    in_flight.state().map_or(0, |state| {
         let Some(mut workspace) = state.workspaces.claim() else {
             return 0;
         };
-        let n = state.walk(regs, true, &mut workspace);
+        let n = state.walk(&in_flight, regs, true, &mut workspace);
         let kept = n.min(out.len());
         out[..kept].copy_from_slice(&workspace.frames[..kept]);
         kept
-    });
-    IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
-    n
+    })
 }
 
 /// The call chain of another thread of this process stopped at `regs` (a thread blocked in
@@ -396,20 +389,16 @@ pub fn walk_outside_handler(regs: Registers, out: &mut [u64]) -> usize {
 /// Empty with no profile running or no workspace free. Not for signal context (the caller is
 /// the wall sampler thread), though nothing here would break in it.
 pub fn walk_other_thread(regs: Registers, out: &mut [u64]) -> usize {
-    IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
-    // SAFETY: the state stays alive while IN_FLIGHT is non-zero (see `unpublish`).
-    let state = unsafe { CURRENT.load(Ordering::SeqCst).as_ref() };
-    let n = state.map_or(0, |state| {
+    let in_flight = InFlight::enter();
+    in_flight.state().map_or(0, |state| {
         let Some(mut workspace) = state.workspaces.claim() else {
             return 0;
         };
-        let n = state.walk(regs, false, &mut workspace);
+        let n = state.walk(&in_flight, regs, false, &mut workspace);
         let kept = n.min(out.len());
         out[..kept].copy_from_slice(&workspace.frames[..kept]);
         kept
-    });
-    IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
-    n
+    })
 }
 
 /// The walk workspaces a profile starts with: two per CPU, 16 to 64 (more are made as
@@ -420,7 +409,45 @@ fn concurrent_handlers() -> usize {
 
 static CURRENT: AtomicPtr<SamplerState> = AtomicPtr::new(std::ptr::null_mut());
 static DWARF: AtomicPtr<DwarfUnwinder> = AtomicPtr::new(std::ptr::null_mut());
+/// Handlers (and calls outside them) using [`CURRENT`] or [`DWARF`]: see [`InFlight`].
 static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
+/// One use of the published state (and DWARF unwinder) under way: while any guard lives,
+/// IN_FLIGHT is non-zero and [`unpublish`] and [`set_dwarf`] wait before freeing what they
+/// swapped out. Entered (SeqCst) before either pointer is loaded, so a guard that saw a pointer
+/// keeps it alive until the guard drops (SeqCst); the references it hands out borrow the guard,
+/// so none outlives it. Async-signal-safe: two atomic operations, nothing that can panic.
+struct InFlight(());
+
+impl InFlight {
+    #[inline(always)]
+    fn enter() -> InFlight {
+        IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+        InFlight(())
+    }
+
+    /// The published state, if a profile is running.
+    #[inline(always)]
+    fn state(&self) -> Option<&SamplerState> {
+        // SAFETY: the state stays alive while IN_FLIGHT is non-zero (see `unpublish`), which it
+        // is for as long as `self` is borrowed.
+        unsafe { CURRENT.load(Ordering::SeqCst).as_ref() }
+    }
+
+    /// The published DWARF unwinder, if any.
+    #[inline(always)]
+    fn dwarf(&self) -> Option<&DwarfUnwinder> {
+        // SAFETY: a published unwinder stays alive while IN_FLIGHT is non-zero (`set_dwarf`).
+        unsafe { DWARF.load(Ordering::SeqCst).as_ref() }
+    }
+}
+
+impl Drop for InFlight {
+    #[inline(always)]
+    fn drop(&mut self) {
+        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 /// How long to wait for handlers to leave before giving up on freeing what they might use.
 const QUIESCE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -464,11 +491,8 @@ pub fn refresh_dwarf() {
 /// Async-signal-safe if `f` is: for the process-ending paths, which may run in a signal
 /// handler.
 pub fn with_published_state<R>(f: impl FnOnce(&SamplerState) -> R) -> Option<R> {
-    IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
-    // SAFETY: the state stays alive while IN_FLIGHT is non-zero (see `unpublish`).
-    let result = unsafe { CURRENT.load(Ordering::SeqCst).as_ref() }.map(f);
-    IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
-    result
+    let in_flight = InFlight::enter();
+    in_flight.state().map(f)
 }
 
 /// In a forked child: the parent's published state is not the child's to sample into or free
@@ -501,23 +525,20 @@ pub fn unpublish() -> Option<Arc<SamplerState>> {
 /// a thread settling, as it exits, what its timer owed it (time on the CPU). Nothing is
 /// recorded when no profile is running.
 pub fn record_outside_handler(pcs: &[u64], weight: u64, delivery: Option<Delivery>) {
-    IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
-    // SAFETY: the state stays alive while IN_FLIGHT is non-zero (see `unpublish`).
-    if let Some(state) = unsafe { CURRENT.load(Ordering::SeqCst).as_ref() } {
+    let in_flight = InFlight::enter();
+    if let Some(state) = in_flight.state() {
         let mut chain = [0u64; thread_accounts::ROOT_FRAMES + 2];
         let kept = pcs.len().min(chain.len() - 1);
         chain[..kept].copy_from_slice(&pcs[..kept]);
         state.record_own(&mut chain, kept, weight, delivery);
     }
-    IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
 }
 
 /// Adds `weight` samples of another thread's call chain `pcs`, ending in its context's marker
 /// when the profile records contexts (the wall sampler's looks at threads off the CPU).
 pub fn record_other_thread(pcs: &[u64], context: SampleContext, weight: u64) {
-    IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
-    // SAFETY: the state stays alive while IN_FLIGHT is non-zero (see `unpublish`).
-    if let Some(state) = unsafe { CURRENT.load(Ordering::SeqCst).as_ref() } {
+    let in_flight = InFlight::enter();
+    if let Some(state) = in_flight.state() {
         if state.labels != Labels::None && !pcs.is_empty() {
             let mut chain = [0u64; MAX_CONTEXT_CHAIN];
             let kept = pcs.len().min(chain.len() - 1);
@@ -529,7 +550,6 @@ pub fn record_other_thread(pcs: &[u64], context: SampleContext, weight: u64) {
         }
         state.label_weights().add(weight);
     }
-    IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
 }
 
 /// The longest chain [`record_other_thread`] keeps, its marker included.
@@ -540,9 +560,8 @@ const MAX_CONTEXT_CHAIN: usize = 256;
 /// weigh `1 + si_overrun` as in the handler; a perf event's (disabled by then, not re-armed
 /// here) weighs 1. Async-signal-safe.
 pub fn record_taken_signal(info: &libc::siginfo_t, pc: u64) {
-    IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
-    // SAFETY: the state stays alive while IN_FLIGHT is non-zero (see `unpublish`).
-    if let Some(state) = unsafe { CURRENT.load(Ordering::SeqCst).as_ref() } {
+    let in_flight = InFlight::enter();
+    if let Some(state) = in_flight.state() {
         let (weight, delivery) = if info.si_code == libc::SI_TIMER {
             // SAFETY: a siginfo the kernel filled in.
             unsafe { state.signal_weight(info) }
@@ -552,7 +571,6 @@ pub fn record_taken_signal(info: &libc::siginfo_t, pc: u64) {
         state.interrupts.fetch_add(1, Ordering::Relaxed);
         state.record_own(&mut [pc, 0], 1, weight, delivery);
     }
-    IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
 }
 
 /// The calling thread's CPU time, in ns. Async-signal-safe (a system call).
@@ -573,19 +591,19 @@ pub unsafe extern "C" fn on_profiling_signal(_sig: c_int, info: *mut libc::sigin
     // SAFETY: errno is this thread's; it is restored so the interrupted code never sees ours.
     let errno = unsafe { libc::__errno_location() };
     let saved_errno = unsafe { *errno };
-    IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
-    let state = CURRENT.load(Ordering::SeqCst);
-    if !state.is_null() {
-        // SAFETY: `state` stays alive while IN_FLIGHT is non-zero (see `unpublish`); `uc` is
-        // the kernel's ucontext for this signal.
-        unsafe {
-            let weight = (*state).signal_weight(info);
-            (*state).sample(uc, weight);
-            if let Some(hook) = (*state).after_sample {
-                hook(&*state);
+    {
+        let in_flight = InFlight::enter();
+        if let Some(state) = in_flight.state() {
+            // SAFETY: `info` and `uc` are the kernel's for this signal.
+            unsafe {
+                let weight = state.signal_weight(info);
+                state.sample(&in_flight, uc, weight);
             }
-        };
+            if let Some(hook) = state.after_sample {
+                hook(state);
+            }
+        }
+        // `in_flight` drops here: the state may be freed from now on.
     }
-    IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
     unsafe { *errno = saved_errno };
 }

@@ -47,11 +47,11 @@ static PERIOD_NS: AtomicU64 = AtomicU64::new(0);
 /// The `RLIMIT_NOFILE` soft limit when the budget was set.
 static LIMIT_AT_BUDGET: AtomicU64 = AtomicU64::new(u64::MAX);
 
-/// Sets the descriptor budget below cpuprof's own descriptors ([`crate::sys::fd::high_floor`],
+/// Sets the descriptor budget below cpuprof's own descriptors ([`crate::in_program::fd::high_floor`],
 /// under the `RLIMIT_NOFILE` soft limit and at most 8192, so the kernel's descriptor table, which
 /// `fork` copies, stays small); returns its size.
 pub fn set_budget() -> usize {
-    let (base, budget) = budget_below(crate::sys::fd::high_floor());
+    let (base, budget) = budget_below(crate::in_program::fd::high_floor());
     BASE.store(base, Ordering::Relaxed);
     BUDGET.store(budget, Ordering::Relaxed);
     LIMIT_AT_BUDGET.store(soft_nofile().unwrap_or(u64::MAX), Ordering::Relaxed);

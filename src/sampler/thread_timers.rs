@@ -27,7 +27,7 @@
 //! using only the Rust crate, threads that exit without running key destructors), and it must
 //! stay cheap in a server with thousands of idle threads: listing `/proc/self/task` costs
 //! ~0.95 ms with 1,000 threads, which every writer tick made 2.5 % of a core. So each tick
-//! compares the kernel's thread count (one `fstat`, [`crate::sys::procfs::self_thread_count`])
+//! compares the kernel's thread count (one `fstat`, [`crate::in_program::procfs::self_thread_count`])
 //! with the threads the registry accounts for, and lists only when they differ; threads
 //! started and ended through the interposer keep the two equal by themselves. A thread that
 //! ends without telling us while another starts the same way keeps the count equal too (a
@@ -219,7 +219,7 @@ pub fn start(kind: ThreadTimerKind, signal: c_int, period_ns: u64, excluded: Vec
         perf_event::set_budget();
     }
     let listed = Instant::now();
-    let mut tids = crate::sys::procfs::self_tids().unwrap_or_default();
+    let mut tids = crate::in_program::procfs::self_tids().unwrap_or_default();
     tids.sort_unstable();
     for &tid in &tids {
         timers.arm_thread(tid, None);
@@ -341,7 +341,7 @@ pub fn leave_calling_thread_unsampled() {
 pub fn sync_with_tasks() {
     // Read before the registry: a thread that starts or ends after this read changes the
     // count again, so the next tick sees it, whatever this one decides.
-    let count = crate::sys::procfs::self_thread_count();
+    let count = crate::in_program::procfs::self_thread_count();
     let now = Instant::now();
     {
         let mut timers = TIMERS.lock();
@@ -360,7 +360,7 @@ pub fn sync_with_tasks() {
         t.changed_while_listing.clear();
     }
     // Without the lock: threads starting meanwhile must not wait ~1 ms (1,000 threads) for it.
-    let tids = crate::sys::procfs::self_tids();
+    let tids = crate::in_program::procfs::self_tids();
     let mut timers = TIMERS.lock();
     let Some(t) = running(&mut timers) else { return };
     t.listing = false;
@@ -401,9 +401,9 @@ pub fn sync_with_tasks() {
     drop(timers);
     // Threads nothing announced (started without libcpuprof.so's pthread_create) have no exit
     // hook to record their names: they are read as they are found.
-    if crate::sys::thread_names::wanted() {
+    if crate::in_program::thread_names::wanted() {
         for tid in new {
-            crate::sys::thread_names::read(tid);
+            crate::in_program::thread_names::read(tid);
         }
     }
 }
@@ -649,9 +649,9 @@ pub(crate) fn perf_allowed_here() -> io::Result<()> {
 extern "C" fn on_thread_exit(_value: *mut c_void) {
     let tid = gettid();
     super::handler::thread_ended();
-    if crate::sys::thread_names::wanted() {
+    if crate::in_program::thread_names::wanted() {
         // Its samples may still wait in the table: the name is read while it can be.
-        crate::sys::thread_names::remember_own(tid);
+        crate::in_program::thread_names::remember_own(tid);
     }
     if let Some(t) = running(&mut TIMERS.lock()) {
         t.note_change(tid);

@@ -1,5 +1,5 @@
 //! Threads nobody announces, armed from the signal handler while the process has no writer
-//! thread (`session::threadless`).
+//! thread (`writer::threadless`).
 //!
 //! A thread made by raw `clone` (a minimal runtime's) never passes the `pthread_create`
 //! interposer, so it neither starts a waiting writer nor gets a timer; the writer's poll of
@@ -67,7 +67,7 @@ pub fn watch(signal: c_int, period_ns: u64, known: libc::pid_t) {
         return;
     }
     // SAFETY: F_DUPFD_CLOEXEC of our own descriptor; the original is closed.
-    let high = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, crate::sys::fd::high_floor()) };
+    let high = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, crate::in_program::fd::high_floor()) };
     let fd = if high >= 0 {
         // SAFETY: ours, replaced by `high`.
         unsafe { libc::close(fd) };

@@ -21,16 +21,16 @@ pub struct Workspace {
 }
 
 /// A walk's stack: mapped on its own, so that the pages a walk never reaches cost nothing
-/// (`sys::pages`), or from the heap if the kernel refuses the mapping.
+/// (`in_program::pages`), or from the heap if the kernel refuses the mapping.
 enum WalkStack {
-    Pages(crate::sys::pages::ZeroedWords),
+    Pages(crate::in_program::pages::ZeroedWords),
     Heap(Box<[u64]>),
 }
 
 impl WalkStack {
     fn new() -> WalkStack {
         let words = WALK_STACK_BYTES / 8;
-        match crate::sys::pages::ZeroedWords::new(words) {
+        match crate::in_program::pages::ZeroedWords::new(words) {
             Some(pages) => WalkStack::Pages(pages),
             None => WalkStack::Heap(vec![0; words].into_boxed_slice()),
         }

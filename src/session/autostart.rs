@@ -2,12 +2,12 @@
 //! `CPUPROFILE`, `CPUPROFILE_USE_PID` and `CPUPROFILESIGNAL` (the timer options are read by
 //! [`Options::from_env`]).
 
-use super::epochs::EpochOptions;
 use super::options::WallBeside;
 use super::{global, Options};
+use crate::in_program::fd::{identity, GuardedFd};
+use crate::in_program::messages;
 use crate::sampler::signals;
-use crate::sys::fd::{identity, GuardedFd};
-use crate::sys::messages;
+use crate::writer::epochs::EpochOptions;
 use std::ffi::{c_int, c_void};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::PathBuf;
@@ -81,7 +81,7 @@ pub fn start_from_environment() {
     };
     let toggle = var("CPUPROFILESIGNAL");
     // Programs this one execs inherit the environment (and LD_PRELOAD): they must write their
-    // own `_<pid>` file rather than truncate ours, and keep quiet (`sys::messages`).
+    // own `_<pid>` file rather than truncate ours, and keep quiet (`in_program::messages`).
     if var("CPUPROFILE_USE_PID").is_none() {
         // Only when absent: glibc's setenv replaces the entry even with the same value, and
         // Chromium sets its process titles only over an environment still laid out as the
@@ -175,7 +175,7 @@ fn arm_toggle_signal(signal: c_int, path: PathBuf, mut options: Options) {
         return;
     }
     let builder = std::thread::Builder::new().name("cpuprof-toggle".into());
-    let spawned = crate::sys::thread::spawn_signal_free(builder, move || {
+    let spawned = crate::in_program::thread::spawn_signal_free(builder, move || {
         let mut next = 0u64;
         let mut byte = 0u8;
         loop {

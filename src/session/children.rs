@@ -81,28 +81,28 @@ const FORK_LOCKS: usize = if cfg!(target_arch = "x86_64") { 13 } else { 12 };
 fn fork_locks() -> [&'static dyn ForkLock; FORK_LOCKS] {
     [
         global::fork_lock(),
-        super::fork_locks()[0],
-        super::fork_locks()[1],
+        crate::writer::fork_locks()[0],
+        crate::writer::fork_locks()[1],
         crate::sampler::thread_timers::fork_lock(),
         crate::sampler::timer::fork_lock(),
         crate::unwind::safe_read::fork_lock(),
         crate::unwind::THREAD_STACKS.fork_lock(),
         #[cfg(target_arch = "x86_64")]
-        crate::unwind::rbx_cfa::fork_lock(),
-        crate::sys::procfs::fork_locks()[0],
-        crate::sys::procfs::fork_locks()[1],
-        crate::sys::procfs::fork_locks()[2],
-        crate::sys::thread_names::fork_lock(),
-        crate::sys::thread::fork_lock(),
+        crate::arch::x86_64::rbx_cfa::fork_lock(),
+        crate::in_program::procfs::fork_locks()[0],
+        crate::in_program::procfs::fork_locks()[1],
+        crate::in_program::procfs::fork_locks()[2],
+        crate::in_program::thread_names::fork_lock(),
+        crate::in_program::thread::fork_lock(),
     ]
 }
 
 extern "C" fn before_fork() {
     let errno = save_errno();
-    let deadline = crate::sys::futex::monotonic_now() + HOLD_LIMIT;
+    let deadline = crate::in_program::futex::monotonic_now() + HOLD_LIMIT;
     let mut held = 0;
     for (i, lock) in fork_locks().iter().enumerate() {
-        let left = deadline.saturating_sub(crate::sys::futex::monotonic_now());
+        let left = deadline.saturating_sub(crate::in_program::futex::monotonic_now());
         if lock.hold_for_fork(left) {
             held |= 1 << i;
         }
@@ -132,14 +132,14 @@ extern "C" fn in_parent() {
 extern "C" fn in_child() {
     let errno = save_errno();
     // Any forked child is not the process the user started: it keeps quiet.
-    crate::sys::messages::became_forked_child();
+    crate::in_program::messages::became_forked_child();
     let consistent = release_held();
     crate::sampler::signals::release_in_child();
     crate::unwind::safe_read::reopen_in_child();
     // What runs in the parent does not run here: its writer, its threadless file, its published
     // sampler state (handlers that were running in its other threads at the fork are gone).
-    super::writer::forget_in_child();
-    super::threadless::forget_in_child();
+    crate::writer::forget_in_child();
+    crate::writer::threadless::forget_in_child();
     crate::sampler::forget_in_forked_child();
     crate::sampler::unannounced::forget_in_child();
     super::autostart::forget_in_child();
@@ -158,8 +158,8 @@ extern "C" fn in_child() {
     }
     crate::sampler::thread_timers::forget_in_child();
     crate::sampler::timer::forget_in_child();
-    super::forget_writers_in_child();
-    crate::sys::thread_names::forget_in_child();
+    crate::writer::forget_writers_in_child();
+    crate::in_program::thread_names::forget_in_child();
     global::replace_in_forked_child(start_child);
     restore_errno(errno);
 }

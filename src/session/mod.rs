@@ -5,96 +5,21 @@
 
 pub mod autostart;
 pub mod children;
-mod contexts;
-pub mod epochs;
 pub mod global;
-mod mappings;
 pub mod options;
 pub mod process_end;
-mod profile_file;
-pub mod threadless;
-mod timing;
-pub mod wall;
-mod writer;
+pub(crate) mod timing;
 
 use crate::error::Error;
-use crate::format::{ProfileWriter, SlotFormat};
 use crate::sampler::{self, SampleSource, SamplerState};
-use crate::sync::Mutex;
-use crate::sys::procfs::read_self_maps;
+use crate::wall;
+use crate::writer::{self, threadless, PendingWriter, WriterControl};
 pub use options::Options;
-use profile_file::ProfileFile;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::SystemTime;
-use writer::WriterControl;
-
-/// The profile file being written, the first error writing it hit, and the code mappings
-/// seen while profiling.
-pub struct OutputFile {
-    writer: ProfileWriter<ProfileFile>,
-    error: Option<std::io::Error>,
-    mappings: mappings::SeenMappings,
-    /// The contexts of the records written (wall mode).
-    contexts: contexts::RecordContexts,
-    /// The wall-clock profile written beside this CPU profile: it takes the samples that
-    /// carry a context.
-    beside: Option<Box<OutputFile>>,
-    /// Completed for an exec under way: where the records ended in the file, and the bytes
-    /// the writer had handed over then (see `writer`'s `complete_for_exec`).
-    exec_trailer_at: Option<(u64, u64)>,
-    /// It holds a wall sampler's samples: its trailer says how many looks are missing
-    /// (`# wall-looks`).
-    wall: bool,
-}
-
-impl OutputFile {
-    /// The profile going to `file`, its header written. `thread_labels`: its samples carry
-    /// their threads, and it says so.
-    fn new(file: ProfileFile, period_us: u64, thread_labels: bool) -> std::io::Result<OutputFile> {
-        let writer = ProfileWriter::new(file, SlotFormat::NATIVE, period_us)?;
-        let mut mappings = mappings::SeenMappings::default();
-        mappings.record(&read_self_maps());
-        Ok(OutputFile {
-            writer,
-            error: None,
-            mappings,
-            contexts: contexts::RecordContexts::new(thread_labels),
-            beside: None,
-            exec_trailer_at: None,
-            wall: false,
-        })
-    }
-
-    /// What the profile needs to be written without a writer thread (its header flushed to
-    /// the file first), or `None` if it cannot be (kept in memory, a write failed).
-    fn threadless(
-        &mut self,
-        path: &Path,
-        max_depth: usize,
-        summary: bool,
-        checkpoint: Option<std::time::Duration>,
-    ) -> Option<Box<threadless::Threadless>> {
-        self.writer.flush().ok()?;
-        let fd = self.writer.get_ref().descriptor()?;
-        threadless::Threadless::new(
-            path,
-            fd,
-            self.writer.get_ref().bytes_in_file(),
-            max_depth,
-            summary,
-            checkpoint,
-        )
-    }
-
-    /// Creates the file at `path` (not followed if a symbolic link, never blocking; regular
-    /// files and /dev/null) with its header.
-    fn create(path: &Path, period_us: u64, thread_labels: bool) -> std::io::Result<OutputFile> {
-        OutputFile::new(ProfileFile::create(path)?, period_us, thread_labels)
-    }
-}
 
 /// What a finished profile holds: gperftools' `PROFILE:` line, in numbers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -143,7 +68,7 @@ pub struct Session {
     source: SampleSource,
     /// Whether this session holds the `/proc/self/mem` descriptor (`unwind::safe_read`).
     reads_memory: bool,
-    /// Wall mode's sampler of threads off the CPU (`session::wall`).
+    /// Wall mode's sampler of threads off the CPU (`wall`).
     wall: Option<wall::WallSampler>,
     /// The profiling signal.
     signal: std::ffi::c_int,
@@ -166,150 +91,6 @@ enum Origin {
     },
 }
 
-/// What the writer thread needs to run.
-struct PendingWriter {
-    state: Arc<SamplerState>,
-    output: writer::Output,
-    control: Arc<WriterControl>,
-    signal: std::ffi::c_int,
-    source: SampleSource,
-    exit_summary: Option<PathBuf>,
-    checkpoint_every: Option<std::time::Duration>,
-}
-
-impl PendingWriter {
-    fn run(self) -> writer::Finished {
-        writer::run(
-            self.state,
-            self.output,
-            self.control,
-            self.signal,
-            self.source,
-            self.exit_summary,
-            self.checkpoint_every,
-        )
-    }
-
-    /// Takes the file over from `threadless` (what it wrote, or the file it completed), then
-    /// runs.
-    fn run_after_threadless(mut self) -> writer::Finished {
-        if let Some(handed) = threadless::hand_over() {
-            if handed.completed {
-                return writer::Finished::completed_elsewhere(handed.file_bytes);
-            }
-            self.output.note_written_elsewhere(handed);
-        }
-        self.run()
-    }
-}
-
-/// The writer of a profile started in a single-threaded process, waiting for the process's
-/// first thread of its own (`threadless`).
-static WAITING_WRITER: Mutex<Option<PendingWriter>> = Mutex::new(None);
-/// Set while a writer waits; taken by the one call that starts it.
-static WRITER_WAITS: AtomicBool = AtomicBool::new(false);
-/// The process whose writer waits (a vfork child, sharing its memory, never starts it).
-static WRITER_WAITS_IN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-/// The writer started late, for `stop` to join.
-static LATE_WRITER: Mutex<Option<JoinHandle<writer::Finished>>> = Mutex::new(None);
-
-/// Starts the writer of a profile that began in a single-threaded process, if one waits: the
-/// program is about to start a thread of its own (libcpuprof.so's `pthread_create`), or a
-/// control-plane call needs the writer. Not for signal context.
-pub fn start_waiting_writer() {
-    if WRITER_WAITS_IN.load(Ordering::SeqCst) != std::process::id() || !WRITER_WAITS.swap(false, Ordering::SeqCst) {
-        return;
-    }
-    let builder = std::thread::Builder::new().name("cpuprof-writer".into());
-    let spawned = crate::sys::thread::spawn_signal_free(builder, || {
-        // Before the file is handed over: an `_exit` or fatal signal from now on waits for this
-        // writer (which may take a while to start) rather than finding no writer at all.
-        writer::claim_process();
-        sampler::thread_timers::leave_calling_thread_unsampled();
-        // Not in the match: its temporary guard would hold the lock for the writer's life.
-        let pending = WAITING_WRITER.lock().take();
-        match pending {
-            Some(pending) => pending.run_after_threadless(),
-            None => writer::Finished::completed_elsewhere(0),
-        }
-    });
-    match spawned {
-        Ok(handle) => *LATE_WRITER.lock() = Some(handle),
-        Err(e) => {
-            // The profile goes on being written without a thread.
-            WRITER_WAITS.store(true, Ordering::SeqCst);
-            crate::say!(
-                "cpuprof: cannot start the profile's writer thread ({e}); records are written by the signal handler"
-            );
-        }
-    }
-}
-
-/// Before `dlclose` (libcpuprof.so interposes it) in a process whose writer waits: the
-/// mappings and build-ids of the objects loaded now are recorded, as the writer records them
-/// when the loaded objects change, so code unloaded before the profile ends keeps its maps
-/// line. (A running writer notices unloads itself; `dlopen` needs nothing: what it maps is in
-/// the maps at the end unless unloaded, which passes here.) Not for signal context.
-pub fn before_unload() {
-    if WRITER_WAITS_IN.load(Ordering::SeqCst) != std::process::id() || !WRITER_WAITS.load(Ordering::SeqCst) {
-        return;
-    }
-    if let Some(pending) = WAITING_WRITER.lock().as_mut() {
-        pending.output.record_mappings(&crate::sys::procfs::read_self_maps());
-    }
-}
-
-/// The waiting and late writers' locks, held across `fork` (`children`).
-fn fork_locks() -> [&'static dyn crate::sync::ForkLock; 2] {
-    [&WAITING_WRITER, &LATE_WRITER]
-}
-
-/// In a forked child: the parent's waiting writer (its file) and late writer thread are not
-/// the child's. Forgotten, never run, joined or freed here.
-fn forget_writers_in_child() {
-    WRITER_WAITS.store(false, Ordering::SeqCst);
-    std::mem::forget(WAITING_WRITER.lock().take());
-    std::mem::forget(LATE_WRITER.lock().take());
-}
-
-/// The program replaced one of cpuprof's signal handlers (through the interposed `sigaction`):
-/// a waiting writer starts, to notice it and stop sampling rather than feed the program's
-/// handler our signals (`timing::taken_over`; the writer checks at every tick).
-fn writer_notices_takeover(_signal: std::ffi::c_int) {
-    start_waiting_writer();
-    writer::wake();
-}
-
-/// Spawns the writer thread now; returns it and its thread id.
-fn spawn_writer(pending: PendingWriter) -> Result<(JoinHandle<writer::Finished>, Option<libc::pid_t>), Error> {
-    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
-    // Every signal blocked: the program's signals go to its own threads, and SIGXFSZ from a
-    // profile reaching RLIMIT_FSIZE becomes EFBIG here (all writes happen on this thread, the
-    // final ones included).
-    let builder = std::thread::Builder::new().name("cpuprof-writer".into());
-    let thread = crate::sys::thread::spawn_signal_free(builder, move || {
-        writer::claim_process();
-        let _ = tid_tx.send(sampler::thread_timers::gettid());
-        pending.run()
-    })
-    .map_err(Error::Spawn)?;
-    Ok((thread, tid_rx.recv().ok()))
-}
-
-/// Whether a profile with these options can start without a thread of cpuprof's: a single
-/// file of plain CPU samples, in a single-threaded process whose thread creation libcpuprof.so
-/// sees (so the writer starts with the program's first thread). Wall-clock profiles, databases
-/// and labelled or in-memory profiles need their threads from the start.
-fn can_start_threadless(options: &Options) -> bool {
-    threadless::deferral_enabled()
-        && options.in_memory.is_none()
-        && options.epochs.is_none()
-        && !options.wall
-        && options.wall_beside.is_none()
-        && !options.thread_labels
-        && crate::sys::procfs::self_thread_count() == Some(1)
-}
-
 /// The path children's profiles are named from: `path` without the `_<pid>` of the process
 /// `pid` that writes it (`CPUPROFILE_USE_PID`), made absolute so that a child that changes
 /// directory writes beside its parent.
@@ -323,6 +104,70 @@ fn family_base(path: &Path, pid: u32) -> PathBuf {
     std::path::absolute(&base).unwrap_or(base)
 }
 
+/// Refuses what cannot be profiled together, before anything is created.
+fn check_options(path: &Path, options: &Options, source: SampleSource) -> Result<(), Error> {
+    let wall = options.wall || options.wall_beside.is_some();
+    if wall && !matches!(source, SampleSource::ThreadTimers(_)) {
+        // A process-wide timer's signal may go to a blocked thread and interrupt its call.
+        return Err(Error::Timer(std::io::Error::other(
+            "wall-clock profiling needs per-thread timers, which are unavailable",
+        )));
+    }
+    if options.epochs.is_some() && options.wall_beside.is_some() {
+        return Err(Error::Open {
+            path: path.to_path_buf(),
+            source: std::io::Error::other("a wall-clock profile is not taken beside a profile database"),
+        });
+    }
+    if options.in_memory.is_some() && (options.epochs.is_some() || options.wall_beside.is_some()) {
+        return Err(Error::Open {
+            path: path.to_path_buf(),
+            source: std::io::Error::other(
+                "a profile kept in memory is one profile: no database of epochs, no wall-clock profile beside it",
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The handler's state for these options: which samples carry their thread, and with
+/// `threadless`, the hook that writes records without a writer thread.
+fn sampler_state(options: &Options, source: SampleSource, thread_labels: bool, threadless: bool) -> SamplerState {
+    let mut state = SamplerState::new(
+        options.table,
+        options.filter,
+        options.unwinder,
+        source,
+        match &options.wall_beside {
+            Some(beside) => sampler::Labels::Beside {
+                cpu_period_ns: options.period_us() * 1000,
+                wall_period_ns: 1_000_000_000 / u64::from(beside.frequency.max(1)),
+            },
+            None if options.wall => sampler::Labels::All,
+            None if thread_labels => sampler::Labels::Threads,
+            None => sampler::Labels::None,
+        },
+    );
+    if threadless {
+        state.call_after_each_sample(threadless::after_sample);
+    }
+    state
+}
+
+/// Takes a use of the /proc/self/mem descriptor (`unwind::safe_read`), saying what is lost
+/// without it; returns whether it did.
+fn acquire_memory_reads() -> bool {
+    match crate::unwind::safe_read::acquire() {
+        Ok(()) => true,
+        Err(e) => {
+            crate::say!(
+                "cpuprof: cannot open /proc/self/mem ({e}); stacks outside threads' own stacks (signal stacks, coroutines) are not walked"
+            );
+            false
+        }
+    }
+}
+
 impl Session {
     /// Creates the file (in epoch mode, `path` is the database and this creates the first
     /// epoch's), writes the header, and starts sampling.
@@ -330,95 +175,33 @@ impl Session {
         Session::start_as(path, options, Origin::Program)
     }
 
+    /// The steps of a start, in this order: the timer and signal are chosen and the options
+    /// checked before anything is created; the output is opened (so a path that cannot be
+    /// written fails the start with nothing running); the sampler state is made and the
+    /// writer started (or left waiting, `threadless`) before the state is published, so that
+    /// every sample has somewhere to go; the wall sampler and the timers come last, once the
+    /// threads they must leave alone (the writer, the wall sampler) are known; the hooks that
+    /// follow forks and complete the profile at a fatal signal follow.
     fn start_as(path: &Path, options: Options, origin: Origin) -> Result<Session, Error> {
         let (source, signal) = match origin {
             Origin::Program => timing::choose(&options)?,
             Origin::ForkedChild { source, signal } => (source, signal),
         };
+        check_options(path, &options, source)?;
         let wall = options.wall || options.wall_beside.is_some();
-        if wall && !matches!(source, SampleSource::ThreadTimers(_)) {
-            // A process-wide timer's signal may go to a blocked thread and interrupt its call.
-            return Err(Error::Timer(std::io::Error::other(
-                "wall-clock profiling needs per-thread timers, which are unavailable",
-            )));
-        }
-        if options.epochs.is_some() && options.wall_beside.is_some() {
-            return Err(Error::Open {
-                path: path.to_path_buf(),
-                source: std::io::Error::other("a wall-clock profile is not taken beside a profile database"),
-            });
-        }
-        let open_error = |source| Error::Open {
-            path: path.to_path_buf(),
-            source,
-        };
-        if options.in_memory.is_some() && (options.epochs.is_some() || options.wall_beside.is_some()) {
-            return Err(Error::Open {
-                path: path.to_path_buf(),
-                source: std::io::Error::other(
-                    "a profile kept in memory is one profile: no database of epochs, no wall-clock profile beside it",
-                ),
-            });
-        }
         // Thread labels of CPU samples; a wall profile labels every sample anyway, and beside a
         // CPU profile the labelled samples are the wall profile's.
         let thread_labels = options.thread_labels && !wall;
-        crate::sys::thread_names::want(thread_labels);
-        let mut output = match &options.epochs {
-            Some(epoch_options) => {
-                let db = epochs::Database::new(path, epoch_options.clone(), options.period_us())
-                    .with_thread_labels(thread_labels);
-                let first = db.open(SystemTime::now(), Default::default()).map_err(open_error)?;
-                db.apply_budget(SystemTime::now());
-                writer::Output::Epochs(writer::EpochOutput::new(db, first))
-            }
-            None => {
-                let mut out = match options.in_memory {
-                    Some(limit) => OutputFile::new(ProfileFile::in_memory(limit), options.period_us(), thread_labels),
-                    // Not followed if a symbolic link, never blocking, regular files and /dev/null.
-                    None => OutputFile::create(path, options.period_us(), thread_labels),
-                }
-                .map_err(open_error)?;
-                out.wall = options.wall;
-                if let Some(beside) = &options.wall_beside {
-                    let period_us = 1_000_000 / u64::from(beside.frequency.max(1));
-                    let mut wall_out =
-                        OutputFile::create(&beside.path, period_us, false).map_err(|source| Error::Open {
-                            path: beside.path.clone(),
-                            source,
-                        })?;
-                    wall_out.wall = true;
-                    out.beside = Some(Box::new(wall_out));
-                }
-                writer::Output::File(out)
-            }
-        };
-        let summary = options.report_on_stderr && crate::sys::messages::speaks();
+        crate::in_program::thread_names::want(thread_labels);
+        let mut output = writer::Output::open(path, &options, thread_labels)?;
+        let summary = options.report_on_stderr && crate::in_program::messages::speaks();
         let threadless = match &mut output {
-            writer::Output::File(out) if can_start_threadless(&options) => {
+            writer::Output::Single(out) if writer::can_start_threadless(&options) => {
                 out.threadless(path, options.table.max_depth, summary, options.checkpoint)
             }
             _ => None,
         };
-        let mut state = SamplerState::new(
-            options.table,
-            options.filter,
-            options.unwinder,
-            source,
-            match &options.wall_beside {
-                Some(beside) => sampler::Labels::Beside {
-                    cpu_period_ns: options.period_us() * 1000,
-                    wall_period_ns: 1_000_000_000 / u64::from(beside.frequency.max(1)),
-                },
-                None if options.wall => sampler::Labels::All,
-                None if thread_labels => sampler::Labels::Threads,
-                None => sampler::Labels::None,
-            },
-        );
-        if threadless.is_some() {
-            state.call_after_each_sample(threadless::after_sample);
-        }
-        let state = Arc::new(state);
+        let state = Arc::new(sampler_state(&options, source, thread_labels, threadless.is_some()));
         if options.unwinder == sampler::UnwinderChoice::Auto && matches!(origin, Origin::Program) {
             sampler::set_dwarf(Some(Box::new(crate::unwind::DwarfUnwinder::build())));
         }
@@ -432,34 +215,10 @@ impl Session {
             exit_summary: summary.then(|| path.to_path_buf()),
             checkpoint_every: options.checkpoint,
         };
-        crate::sampler::signals::on_takeover(writer_notices_takeover);
-        let (writer_thread, writer_tid) = match threadless {
-            Some(threadless) => {
-                threadless::publish(threadless);
-                if let SampleSource::ThreadTimers(_) = source {
-                    let period_ns = 1_000_000_000 / u64::from(options.frequency.max(1));
-                    sampler::unannounced::watch(signal, period_ns, sampler::thread_timers::gettid());
-                }
-                *WAITING_WRITER.lock() = Some(pending);
-                WRITER_WAITS_IN.store(std::process::id(), Ordering::SeqCst);
-                WRITER_WAITS.store(true, Ordering::SeqCst);
-                (None, None)
-            }
-            None => {
-                let (thread, tid) = spawn_writer(pending)?;
-                (Some(thread), tid)
-            }
-        };
+        crate::sampler::signals::on_takeover(writer::writer_notices_takeover);
+        let (writer_thread, writer_tid) = writer::start_writer(pending, threadless, &options)?;
         crate::unwind::THREAD_STACKS.register_current_thread();
-        let reads_memory = match crate::unwind::safe_read::acquire() {
-            Ok(()) => true,
-            Err(e) => {
-                crate::say!(
-                    "cpuprof: cannot open /proc/self/mem ({e}); stacks outside threads' own stacks (signal stacks, coroutines) are not walked"
-                );
-                false
-            }
-        };
+        let reads_memory = acquire_memory_reads();
         sampler::publish(state.clone());
         let mut session = Session {
             path: path.to_path_buf(),
@@ -476,35 +235,44 @@ impl Session {
             forked_child: matches!(origin, Origin::ForkedChild { .. }),
         };
         let mut excluded: Vec<libc::pid_t> = writer_tid.into_iter().collect();
-        let wall_frequency = match &session.options.wall_beside {
-            Some(beside) => Some(beside.frequency),
-            None => session.options.wall.then_some(session.options.frequency),
-        };
-        if let Some(frequency) = wall_frequency {
-            match wall::WallSampler::start(frequency, excluded.clone()) {
-                Ok((sampler, tid)) => {
-                    session.wall = Some(sampler);
-                    excluded.push(tid);
-                }
-                Err(e) => {
-                    let _ = session.stop();
-                    return Err(Error::Spawn(e));
-                }
-            }
+        if let Err(e) = session.start_wall_sampler(&mut excluded) {
+            let _ = session.stop();
+            return Err(Error::Spawn(e));
         }
         if let Err(e) = timing::start(source, signal, &session.options, excluded) {
             let _ = session.stop();
             return Err(e);
         }
+        session.install_hooks(origin);
+        Ok(session)
+    }
+
+    /// Wall mode: starts the sampler of threads off the CPU, leaving `excluded` alone, and
+    /// adds its thread to them.
+    fn start_wall_sampler(&mut self, excluded: &mut Vec<libc::pid_t>) -> std::io::Result<()> {
+        let wall_frequency = match &self.options.wall_beside {
+            Some(beside) => Some(beside.frequency),
+            None => self.options.wall.then_some(self.options.frequency),
+        };
+        if let Some(frequency) = wall_frequency {
+            let (sampler, tid) = wall::WallSampler::start(frequency, excluded.clone())?;
+            self.wall = Some(sampler);
+            excluded.push(tid);
+        }
+        Ok(())
+    }
+
+    /// The hooks of a running profile: forks are followed, and a process that ends by a
+    /// signal's default action completes its profile first.
+    fn install_hooks(&self, origin: Origin) {
         children::install_fork_handlers();
-        if matches!(origin, Origin::Program) && session.options.follow_forks {
+        if matches!(origin, Origin::Program) && self.options.follow_forks {
             children::begin_family();
         }
-        if session.options.in_memory.is_none() {
+        if self.options.in_memory.is_none() {
             // A process that ends by a signal's default action completes its profile first.
-            sampler::default_actions::hold(process_end::before_signal_end, &[signal]);
+            sampler::default_actions::hold(process_end::before_signal_end, &[self.signal]);
         }
-        Ok(session)
     }
 
     pub fn path(&self) -> &Path {
@@ -532,7 +300,7 @@ impl Session {
 
     /// A complete copy of the profile so far; profiling goes on (not in epoch mode).
     pub fn snapshot(&self) -> Result<Vec<u8>, Error> {
-        start_waiting_writer();
+        writer::start_waiting_writer();
         if threadless::active() {
             return Err(Error::Write {
                 path: self.path.clone(),
@@ -607,8 +375,8 @@ impl Session {
         // can see), writes the trailer and maps, and closes the file.
         self.control.request_stop();
         let writer = self.writer.take().or_else(|| {
-            start_waiting_writer();
-            LATE_WRITER.lock().take()
+            writer::start_waiting_writer();
+            writer::take_late_writer()
         });
         let finished = match writer.map(JoinHandle::join) {
             Some(Ok(finished)) => finished,
@@ -626,9 +394,9 @@ impl Session {
             }
         };
         drop(unpublished);
-        crate::sys::thread_names::want(false);
+        crate::in_program::thread_names::want(false);
         sampler::set_dwarf(None);
-        crate::sys::procfs::close();
+        crate::in_program::procfs::close();
         let stats = &self.state.table.stats;
         let (interrupts, evictions, lost) = (
             self.state.interrupts.load(Ordering::Relaxed),
@@ -748,7 +516,7 @@ fn pending(signal: std::ffi::c_int) -> (usize, bool) {
             .is_some_and(|pending| pending & bit != 0)
     };
     let process = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| has(&s, "ShdPnd:"));
-    let Some(tids) = crate::sys::procfs::self_tids() else {
+    let Some(tids) = crate::in_program::procfs::self_tids() else {
         return (0, process);
     };
     let holding = |tid: &&libc::pid_t| {

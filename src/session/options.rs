@@ -1,8 +1,8 @@
 //! Profiling options, and how the gperftools environment variables map onto them.
 
-use super::epochs::EpochOptions;
 use crate::sampler::{Clock, ThreadFilter, UnwinderChoice};
 use crate::table::TableConfig;
+use crate::writer::epochs::EpochOptions;
 use std::ffi::c_int;
 
 /// Default sampling frequency, as in gperftools.
@@ -10,7 +10,7 @@ pub const DEFAULT_FREQUENCY: u32 = 100;
 /// Highest frequency accepted; the same clamp as gperftools. (The process-wide timers used
 /// here deliver at most one signal per kernel tick, 250 Hz on these machines.)
 pub const MAX_FREQUENCY: u32 = 4000;
-/// Highest wall-clock rate: each tick wakes the wall sampler thread (`session::wall`).
+/// Highest wall-clock rate: each tick wakes the wall sampler thread (`wall`).
 pub const MAX_WALL_FREQUENCY: u32 = 1000;
 /// Longest call chain recorded by default, as in gperftools.
 pub const DEFAULT_MAX_DEPTH: usize = 254;
@@ -45,9 +45,9 @@ pub struct Options {
     pub unwinder: UnwinderChoice,
     /// Print the `PROFILE: ...` summary line on stderr at stop.
     pub report_on_stderr: bool,
-    /// Epoch mode: the profile's path is a database directory (`session::epochs`).
+    /// Epoch mode: the profile's path is a database directory (`writer::epochs`).
     pub epochs: Option<EpochOptions>,
-    /// Wall-clock mode (`session::wall`): `frequency` is then samples per second of wall time
+    /// Wall-clock mode (`wall`): `frequency` is then samples per second of wall time
     /// of every thread, blocked ones included.
     pub wall: bool,
     /// A wall-clock profile taken beside this CPU profile, in the same run.
@@ -62,7 +62,7 @@ pub struct Options {
     /// (`session::children`; `CPUPROFILE_FOLLOW_FORK=0` turns it off).
     pub follow_forks: bool,
     /// How often the file is made a complete profile of everything sampled so far
-    /// (`CPUPROFILE_CHECKPOINT`, seconds; `None`: only when it ends). See `session::writer`.
+    /// (`CPUPROFILE_CHECKPOINT`, seconds; `None`: only when it ends). See `writer`.
     pub checkpoint: Option<std::time::Duration>,
 }
 

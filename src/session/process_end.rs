@@ -17,9 +17,9 @@
 //! (no libc entry point to interpose; rare outside runtimes such as Go's, which do not run
 //! under LD_PRELOAD profilers anyway).
 
-use super::writer::{self, EndRequest};
-use super::{children, threadless};
+use super::children;
 use crate::sampler::{self, thread_timers, timer};
+use crate::writer::{self, threadless, EndRequest};
 use std::ffi::c_int;
 use std::time::Duration;
 
@@ -42,7 +42,7 @@ pub fn before_exit() {
     // the profiler, where the exit came first. (In a signal's handler, the handler's return
     // restores the mask, and the signal re-raised takes its default action.)
     std::mem::forget(SignalsHeld::all());
-    let deadline = crate::sys::futex::monotonic_now() + END_WAIT;
+    let deadline = crate::in_program::futex::monotonic_now() + END_WAIT;
     loop {
         if threadless::active() {
             // No writer thread runs: completed here, once the file is free (a handler on
@@ -58,14 +58,14 @@ pub fn before_exit() {
                 children::child_profile_ended(took_a_sample().unwrap_or(true));
                 break;
             }
-            if done.is_none() || crate::sys::futex::monotonic_now() >= deadline {
+            if done.is_none() || crate::in_program::futex::monotonic_now() >= deadline {
                 say(b"cpuprof: the profile could not be completed before the process ended; it holds the records written so far\n");
                 break;
             }
             pause_a_millisecond();
             continue;
         }
-        match writer::request_end(true, deadline.saturating_sub(crate::sys::futex::monotonic_now())) {
+        match writer::request_end(true, deadline.saturating_sub(crate::in_program::futex::monotonic_now())) {
             EndRequest::TimedOut => say(b"cpuprof: the profile could not be completed before the process ended; it holds the records written so far\n"),
             EndRequest::Served => children::child_profile_ended(took_a_sample().unwrap_or(true)),
             EndRequest::NoWriter => {}
@@ -280,5 +280,5 @@ fn restore_errno(errno: c_int) {
 /// Writes a message to stderr without Rust's stderr lock (the caller may be a signal handler
 /// that interrupted its holder), if this process speaks.
 fn say(message: &[u8]) {
-    crate::sys::messages::say_bytes(message);
+    crate::in_program::messages::say_bytes(message);
 }

@@ -273,7 +273,7 @@ impl CallChainTable {
     ///
     /// # Safety
     /// No other consumer drains the ring at the same time (the caller has the ring to itself:
-    /// see `session::threadless`).
+    /// see `writer::threadless`).
     pub unsafe fn drain_evicted_exclusive(&self, scratch: &mut [u64], f: impl FnMut(u64, &[u64])) {
         // SAFETY: the caller's promise.
         unsafe { self.ring.drain_exclusive(scratch, f) }
@@ -315,7 +315,7 @@ impl CallChainTable {
     }
 
     /// Hands each non-zero count in the table to `f` without taking it: what a harvest would
-    /// take now, for a checkpoint's copy (`session::writer`). A row is copied between two loads
+    /// take now, for a checkpoint's copy (`writer`). A row is copied between two loads
     /// of its word and kept only if the word did not change (the generation makes a refilled
     /// row differ); a row that keeps changing is left out of this copy. Async-signal-safe;
     /// `scratch` at least [`max_depth`](Self::max_depth) long.

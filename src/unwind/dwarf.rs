@@ -9,16 +9,16 @@
 //! nothing allocates or locks during a walk; every stack read goes through [`StackReader`].
 //! Where no CFI covers a PC (JIT code, stripped tables), framehop follows the frame pointer.
 //! On x86-64, frames whose CFA is defined from rbx (ld.so's lazy-binding stubs), which framehop
-//! would walk by frame pointer, are stepped here instead ([`super::rbx_cfa`]). framehop's
+//! would walk by frame pointer, are stepped here instead ([`crate::arch::x86_64::rbx_cfa`]). framehop's
 //! unwinder for the architecture comes from [`crate::arch::dwarf`].
 
 #[cfg(target_arch = "x86_64")]
 use super::frame_records::{self, FunctionStarts};
-#[cfg(target_arch = "x86_64")]
-use super::rbx_cfa::{Lookup, RbxTables, RbxTablesBuilder};
 use super::stack_reader::StackReader;
 use super::Registers;
 use crate::arch::dwarf::{unwind_regs, Cache, Unwinder as ArchUnwinder};
+#[cfg(target_arch = "x86_64")]
+use crate::arch::x86_64::rbx_cfa::{Lookup, RbxTables, RbxTablesBuilder};
 use crate::claim_pool::ClaimPool;
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, MustNotAllocateDuringUnwind, Unwinder};
 use std::ffi::{c_int, c_void, CStr};
@@ -243,7 +243,7 @@ impl DwarfUnwinder {
     /// result that is not a caller's frame (CFA not above sp, return address outside code).
     fn step_from_rbx(
         &self,
-        row: super::rbx_cfa::Row,
+        row: crate::arch::x86_64::rbx_cfa::Row,
         rbx: &mut Option<u64>,
         state: &mut crate::arch::dwarf::UnwindRegs,
         read: &mut impl FnMut(u64) -> Result<u64, ()>,

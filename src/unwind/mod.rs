@@ -5,8 +5,6 @@ pub mod dwarf;
 pub mod fp;
 #[cfg(target_arch = "x86_64")]
 pub mod frame_records;
-#[cfg(target_arch = "x86_64")]
-pub mod rbx_cfa;
 pub mod safe_read;
 pub mod stack_reader;
 pub mod thread_stacks;

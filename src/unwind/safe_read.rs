@@ -37,8 +37,8 @@
 //! position is untouched (`pread`). Without the descriptor (no `/proc`, or a security module
 //! refusing it) unvouched memory is not read: walks stop there, and `acquire` says why.
 
+use crate::in_program::fd::{high_floor, identity};
 use crate::sync::Mutex;
-use crate::sys::fd::{high_floor, identity};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 const PAGE: u64 = 4096;

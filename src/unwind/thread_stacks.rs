@@ -115,7 +115,7 @@ impl ThreadStacks {
                 continue;
             }
             if !unresolved.iter().any(|&(t, _)| t == tp) {
-                let maps = maps.get_or_insert_with(|| Maps::parse(&crate::sys::procfs::read_self_maps()));
+                let maps = maps.get_or_insert_with(|| Maps::parse(&crate::in_program::procfs::read_self_maps()));
                 match vouchable_range(maps, tp, sp) {
                     Some((lo, hi)) => self.insert(tp, lo, hi),
                     None => unresolved.push((tp, Instant::now())),
@@ -129,7 +129,7 @@ impl ThreadStacks {
     /// Records the current thread's stack directly (used when a thread registers itself).
     pub fn register_current_thread(&self) {
         let sp = current_sp();
-        let maps = Maps::parse(&crate::sys::procfs::read_self_maps());
+        let maps = Maps::parse(&crate::in_program::procfs::read_self_maps());
         if let Some((lo, hi)) = vouchable_range(&maps, thread_pointer(), sp) {
             let _guard = self.unresolved.lock();
             self.insert(thread_pointer(), lo, hi);

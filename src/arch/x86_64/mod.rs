@@ -1,6 +1,8 @@
 //! x86-64: registers from the ucontext's `gregs`, the thread pointer at `%fs:0`, return
 //! addresses stored as they are, frame records `{rbp, return address}`.
 
+pub mod rbx_cfa;
+
 use crate::unwind::StackReader;
 use std::ffi::c_void;
 
@@ -11,7 +13,7 @@ pub struct Registers {
     pub sp: u64,
     pub fp: u64,
     /// rbx, which the DWARF walker needs to step through ld.so's lazy-binding stub
-    /// ([`crate::unwind::rbx_cfa`]); `None` where the caller cannot know it.
+    /// ([`rbx_cfa`]); `None` where the caller cannot know it.
     pub rbx: Option<u64>,
 }
 
@@ -140,6 +142,60 @@ pub mod dwarf {
     #[inline(always)]
     pub fn unwind_regs(regs: &super::Registers, _max_code_address: u64) -> UnwindRegs {
         UnwindRegs::new(regs.pc, regs.sp, regs.fp)
+    }
+}
+
+/// This architecture's side of the contract ([`super::Architecture`]): the free functions
+/// above, which the crate calls.
+pub struct Native;
+
+impl super::Architecture for Native {
+    type Registers = Registers;
+    type UnwindRegs = dwarf::UnwindRegs;
+
+    #[inline(always)]
+    fn registers(pc: u64, sp: u64, fp: u64) -> Registers {
+        Registers::new(pc, sp, fp)
+    }
+
+    #[inline(always)]
+    unsafe fn interrupted_registers(uc: *const c_void) -> Registers {
+        interrupted_registers(uc)
+    }
+
+    #[inline(always)]
+    fn calling_registers() -> Registers {
+        calling_registers()
+    }
+
+    #[inline(always)]
+    fn thread_pointer() -> u64 {
+        thread_pointer()
+    }
+
+    #[inline(always)]
+    fn current_sp() -> u64 {
+        current_sp()
+    }
+
+    #[inline(always)]
+    unsafe fn call_on_stack(top: usize, f: extern "C" fn(*mut c_void), arg: *mut c_void) {
+        call_on_stack(top, f, arg)
+    }
+
+    #[inline(always)]
+    fn return_address(stored: u64) -> u64 {
+        return_address(stored)
+    }
+
+    #[inline(always)]
+    fn frameless_leaf_caller(regs: &Registers, stack: &mut StackReader) -> Option<u64> {
+        frameless_leaf_caller(regs, stack)
+    }
+
+    #[inline(always)]
+    fn unwind_regs(regs: &Registers, max_code_address: u64) -> dwarf::UnwindRegs {
+        dwarf::unwind_regs(regs, max_code_address)
     }
 }
 

@@ -20,8 +20,8 @@
 //! user) and calls in a forked child (which has no wall sampler) do nothing here.
 
 use super::switches::SwitchEvents;
+use crate::in_program::fd::GuardedFd;
 use crate::sync::Mutex;
-use crate::sys::fd::GuardedFd;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -121,10 +121,10 @@ pub fn before_credential_change() {
         return;
     }
     CHANGES.fetch_add(1, Ordering::Relaxed);
-    let Some(mut tids) = crate::sys::procfs::self_tids() else {
+    let Some(mut tids) = crate::in_program::procfs::self_tids() else {
         return;
     };
-    let ours = crate::sys::thread::own_tids();
+    let ours = crate::in_program::thread::own_tids();
     tids.retain(|t| !excluded.contains(t) && !ours.contains(t));
     // The calling thread first: it is the one likely to start the program's threads, which
     // inherit its events.

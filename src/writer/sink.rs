@@ -1,4 +1,5 @@
-//! The profile file: opened without blocking or following links, kept at a high descriptor
+//! Where one profile's bytes land ([`OutputSink`], the bottom layer of the writer's output: see
+//! `output`): the profile file, opened without blocking or following links, kept at a high descriptor
 //! number, checked to still be ours before every write, and never left ending mid-record.
 //! Or, for a profile that never touches the file system, the same bytes held in memory, up to
 //! a limit that acts as a full disk does.
@@ -11,8 +12,8 @@
 //! back to the last whole record, so readers see whole records only, and nothing more is
 //! written.
 //!
-//! Checkpoints (`CPUPROFILE_CHECKPOINT`, see `session::writer`): records are then held in the
-//! buffer and written only by [`ProfileFile::checkpoint`], together with a tail that completes
+//! Checkpoints (`CPUPROFILE_CHECKPOINT`, see `writer`): records are then held in the
+//! buffer and written only by [`OutputSink::checkpoint`], together with a tail that completes
 //! the profile (the counts still in the table, the trailer, the maps), in one `write` at the end
 //! of the records, over the previous tail; the file is then cut to its new end. So the file is
 //! a complete profile at every moment but during that one write, and a process killed by
@@ -20,7 +21,7 @@
 //!
 //! [`ProfileWriter`]: crate::format::ProfileWriter
 
-use crate::sys::fd::GuardedFd;
+use crate::in_program::fd::GuardedFd;
 use std::ffi::CString;
 use std::io::{self, Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -30,7 +31,8 @@ use std::path::{Path, PathBuf};
 /// Bytes buffered before they are written.
 const BUFFER: usize = 1 << 16;
 
-pub struct ProfileFile {
+/// Where one profile's bytes land: a file, or memory.
+pub struct OutputSink {
     target: Target,
     buffer: Vec<u8>,
     /// Offsets in `buffer` where a whole record ends.
@@ -57,12 +59,12 @@ enum Target {
     Memory { held: Vec<u8>, limit: usize },
 }
 
-impl ProfileFile {
+impl OutputSink {
     /// Creates (or truncates) a regular file at `path`, or opens `/dev/null`. Any other kind
     /// of file is refused: opening never blocks (a FIFO without a reader would wait forever
     /// before `main`), symbolic links are not followed, and a terminal never becomes the
     /// controlling one.
-    pub fn create(path: &Path) -> io::Result<ProfileFile> {
+    pub fn create(path: &Path) -> io::Result<OutputSink> {
         let c_path = CString::new(path.as_os_str().as_bytes())
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "the path contains a NUL byte"))?;
         let flags =
@@ -102,7 +104,7 @@ impl ProfileFile {
             }
         }
         let fd = GuardedFd::adopt(owned, format!("the profile '{}'", path.display()))?;
-        Ok(ProfileFile::new(Target::File {
+        Ok(OutputSink::new(Target::File {
             fd,
             path: path.to_path_buf(),
             regular,
@@ -111,15 +113,15 @@ impl ProfileFile {
 
     /// A profile held in memory, at most `limit` bytes of whole records: past that, writes
     /// fail as on a full disk, and the profile says it is incomplete.
-    pub fn in_memory(limit: usize) -> ProfileFile {
-        ProfileFile::new(Target::Memory {
+    pub fn in_memory(limit: usize) -> OutputSink {
+        OutputSink::new(Target::Memory {
             held: Vec::new(),
             limit,
         })
     }
 
-    fn new(target: Target) -> ProfileFile {
-        ProfileFile {
+    fn new(target: Target) -> OutputSink {
+        OutputSink {
             target,
             buffer: Vec::with_capacity(BUFFER),
             record_ends: Vec::new(),
@@ -158,7 +160,7 @@ impl ProfileFile {
     }
 
     /// Notes a tail that was written after the records without this object (by
-    /// `session::threadless`): the next write goes over it.
+    /// `writer::threadless`): the next write goes over it.
     pub fn adopt_tail(&mut self, bytes: u64) {
         if bytes == 0 {
             return;
@@ -199,7 +201,7 @@ impl ProfileFile {
     }
 
     /// The descriptor of a file profile (`None` in memory), for the records a single-threaded
-    /// process writes without this object (`session::threadless`): call after a flush.
+    /// process writes without this object (`writer::threadless`): call after a flush.
     pub fn descriptor(&self) -> Option<std::os::fd::RawFd> {
         match &self.target {
             Target::File { fd, .. } => Some(fd.raw()),
@@ -360,7 +362,7 @@ impl ProfileFile {
 const NOT_REGULAR: &str =
     "it is not a regular file (a FIFO, socket or device); cpuprof writes profiles only to regular files or /dev/null";
 
-impl Write for ProfileFile {
+impl Write for OutputSink {
     /// Takes all of `buf`, which must be one whole record (see the module's comment).
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         if self.failed {
@@ -403,7 +405,7 @@ mod tests {
         let c = CString::new(fifo.as_os_str().as_bytes()).unwrap();
         // SAFETY: mkfifo with a NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-        let e = ProfileFile::create(&fifo).err().unwrap();
+        let e = OutputSink::create(&fifo).err().unwrap();
         assert!(e.to_string().contains("not a regular file"), "{e}");
         // With a reader the open succeeds, and the check after it refuses.
         let _reader = std::fs::File::options()
@@ -411,9 +413,9 @@ mod tests {
             .custom_flags(libc::O_NONBLOCK)
             .open(&fifo)
             .unwrap();
-        let e = ProfileFile::create(&fifo).err().unwrap();
+        let e = OutputSink::create(&fifo).err().unwrap();
         assert!(e.to_string().contains("not a regular file"), "{e}");
-        let mut null = ProfileFile::create(Path::new("/dev/null")).unwrap();
+        let mut null = OutputSink::create(Path::new("/dev/null")).unwrap();
         null.write_all(b"record").unwrap();
         null.flush().unwrap();
         null.close().unwrap();
@@ -423,7 +425,7 @@ mod tests {
     #[test]
     fn a_stolen_descriptor_is_not_written_and_a_deleted_file_is_reported() {
         let dir = scratch("stolen");
-        let mut file = ProfileFile::create(&dir.join("p")).unwrap();
+        let mut file = OutputSink::create(&dir.join("p")).unwrap();
         let theirs = std::fs::File::create(dir.join("theirs")).unwrap();
         // SAFETY: dup2 over the profile's number, as a program recycling descriptors does.
         unsafe { libc::dup2(theirs.as_raw_fd(), file.raw_fd()) };
@@ -434,19 +436,19 @@ mod tests {
         let taken = file.raw_fd();
         assert!(file.close().is_err());
         assert!(
-            crate::sys::fd::identity(taken).is_some(),
+            crate::in_program::fd::identity(taken).is_some(),
             "the program's descriptor stays open"
         );
         // SAFETY: closes the test's own duplicate.
         unsafe { libc::close(taken) };
 
-        let file = ProfileFile::create(&dir.join("q")).unwrap();
+        let file = OutputSink::create(&dir.join("q")).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
         let e = file.close().unwrap_err();
         assert!(e.to_string().contains("deleted while profiling"), "{e}");
     }
 
-    impl ProfileFile {
+    impl OutputSink {
         fn raw_fd(&self) -> i32 {
             self.descriptor().expect("a file profile")
         }
@@ -454,7 +456,7 @@ mod tests {
 
     #[test]
     fn a_memory_profile_keeps_whole_records_up_to_its_limit() {
-        let mut memory = ProfileFile::in_memory(10);
+        let mut memory = OutputSink::in_memory(10);
         memory.write_all(b"abcd").unwrap();
         memory.write_all(b"efgh").unwrap();
         memory.flush().unwrap();
@@ -474,7 +476,7 @@ mod tests {
     fn checkpoints_write_records_and_a_tail_that_the_next_write_replaces() {
         let dir = scratch("checkpoint");
         let path = dir.join("p");
-        let mut file = ProfileFile::create(&path).unwrap();
+        let mut file = OutputSink::create(&path).unwrap();
         file.write_all(b"H").unwrap();
         file.flush().unwrap();
         file.hold_records(true);
@@ -503,7 +505,7 @@ mod tests {
     #[test]
     fn a_file_is_read_back_through_its_own_descriptor() {
         let dir = scratch("read_back");
-        let mut file = ProfileFile::create(&dir.join("p")).unwrap();
+        let mut file = OutputSink::create(&dir.join("p")).unwrap();
         file.write_all(b"header").unwrap();
         file.write_all(b"record").unwrap();
         file.flush().unwrap();

@@ -16,11 +16,11 @@
 //! and descriptors do not grow with the number of epochs.
 
 use super::mappings::SeenMappings;
-use super::profile_file::ProfileFile;
-use super::OutputFile;
+use super::sink::OutputSink;
+use super::ProfileOutput;
 use crate::format::database::{epoch_name, parse_epoch_name, FileName};
 use crate::format::{ProfileWriter, SlotFormat};
-use crate::sys::procfs::read_self_maps;
+use crate::in_program::procfs::read_self_maps;
 use std::ffi::CString;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -93,7 +93,7 @@ pub struct Database {
 
 /// The epoch being written.
 pub struct Epoch {
-    pub out: OutputFile,
+    pub out: ProfileOutput,
     /// Start of the next epoch.
     pub ends: SystemTime,
     directory: PathBuf,
@@ -114,7 +114,7 @@ impl Database {
 
     /// Epoch files of a CPU profile whose samples name their threads ([`Options::thread_labels`]).
     ///
-    /// [`Options::thread_labels`]: super::Options::thread_labels
+    /// [`Options::thread_labels`]: crate::session::Options::thread_labels
     pub fn with_thread_labels(mut self, on: bool) -> Database {
         self.thread_labels = on;
         self
@@ -136,14 +136,14 @@ impl Database {
         make_directory(&directory)?;
         let opened = now.duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos();
         let temporary = directory.join(format!(".{}.{}.{opened}.prof.tmp", self.program, self.pid));
-        let file = ProfileFile::create(&temporary)?;
+        let file = OutputSink::create(&temporary)?;
         let mut writer = ProfileWriter::new(file, SlotFormat::NATIVE, self.period_us)?;
         writer.flush()?;
         let maps = read_self_maps();
         mappings.record(&maps);
         mappings.read_build_ids(&maps);
         Ok(Epoch {
-            out: OutputFile {
+            out: ProfileOutput {
                 writer,
                 error: None,
                 mappings,

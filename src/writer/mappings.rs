@@ -136,7 +136,7 @@ mod tests {
     #[test]
     fn build_ids_of_this_process_are_read_from_memory_and_follow_the_maps() {
         let _descriptor = crate::unwind::safe_read::for_tests();
-        let maps = crate::sys::procfs::read_self_maps();
+        let maps = crate::in_program::procfs::read_self_maps();
         let mut seen = SeenMappings::default();
         seen.read_build_ids(&maps);
         let text = String::from_utf8(seen.complete(&maps)).unwrap();

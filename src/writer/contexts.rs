@@ -7,7 +7,7 @@
 
 use crate::format::sample_context::{context_line, cpu_labels_line, state_text, thread_line};
 use crate::format::SampleContext;
-use crate::sys::thread_names;
+use crate::in_program::thread_names;
 use std::collections::BTreeSet;
 
 /// The stack of a chain from the table, and its context if it ends in a marker.
@@ -61,7 +61,7 @@ impl RecordContexts {
     }
 
     /// [`text`](Self::text) with the contexts `more` of records written after these (a
-    /// checkpoint's tail, `session::writer`).
+    /// checkpoint's tail, `writer`).
     pub fn text_with(&self, more: &[(u64, u64, SampleContext)]) -> Vec<u8> {
         let mut text = String::new();
         if self.cpu_profile && !(self.runs.is_empty() && more.is_empty()) {
@@ -69,7 +69,7 @@ impl RecordContexts {
         }
         let mut tids = BTreeSet::new();
         for &(first, records, context) in self.runs.iter().chain(more) {
-            let state = state_text(context.state, crate::sys::syscall_names::name);
+            let state = state_text(context.state, crate::in_program::syscall_names::name);
             for ordinal in first..first + records {
                 text.push_str(&context_line(ordinal, context.tid, &state));
             }

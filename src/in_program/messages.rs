@@ -179,7 +179,7 @@ impl FixedLine {
 #[macro_export]
 macro_rules! say {
     ($($arg:tt)*) => {
-        $crate::sys::messages::say(format_args!($($arg)*))
+        $crate::in_program::messages::say(format_args!($($arg)*))
     };
 }
 

@@ -40,9 +40,9 @@ pub use privileges::before_credential_change;
 
 use crate::format::sample_context::UNKNOWN_SYSCALL;
 use crate::format::{SampleContext, ThreadState, WallLooks};
+use crate::in_program::fd::GuardedFd;
 use crate::sampler::handler::{record_other_thread, walk_other_thread};
 use crate::sampler::runnable_debts;
-use crate::sys::fd::GuardedFd;
 use crate::unwind::Registers;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
@@ -257,7 +257,7 @@ impl WallSampler {
             count.store(0, Ordering::Relaxed);
         }
         let builder = std::thread::Builder::new().name("cpuprof-wall".into());
-        let thread = crate::sys::thread::spawn_signal_free(builder, move || {
+        let thread = crate::in_program::thread::spawn_signal_free(builder, move || {
             let own = crate::sampler::thread_timers::gettid();
             let mut ours = excluded.clone();
             ours.push(own);
@@ -400,11 +400,11 @@ fn run(frequency: u32, stop: &AtomicBool, excluded: Vec<libc::pid_t>) -> WallSta
         if cursor >= order.len() {
             // A new round: the thread list is read once per round, so its cost is shared by
             // all the looks of the round.
-            let Some(tids) = crate::sys::procfs::self_tids() else {
+            let Some(tids) = crate::in_program::procfs::self_tids() else {
                 continue;
             };
             // cpuprof's own threads (the toggle thread, the HTTP endpoint's) are not the program's.
-            let ours = crate::sys::thread::own_tids();
+            let ours = crate::in_program::thread::own_tids();
             let mut live: Vec<libc::pid_t> = tids
                 .into_iter()
                 .filter(|t| *t != own && !excluded.contains(t) && !ours.contains(t))
@@ -432,7 +432,7 @@ fn run(frequency: u32, stop: &AtomicBool, excluded: Vec<libc::pid_t>) -> WallSta
                 });
                 tracked.rounds += 1;
                 if tracked.rounds.is_power_of_two() {
-                    crate::sys::thread_names::read(tid);
+                    crate::in_program::thread_names::read(tid);
                 }
             }
             order = live;
@@ -457,7 +457,7 @@ fn run(frequency: u32, stop: &AtomicBool, excluded: Vec<libc::pid_t>) -> WallSta
     }
     // Names given late (or changed) since the last read.
     for &tid in threads.keys() {
-        crate::sys::thread_names::read(tid);
+        crate::in_program::thread_names::read(tid);
     }
     looker.finish()
 }

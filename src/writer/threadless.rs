@@ -38,8 +38,8 @@
 use crate::format::process::{cmdline_args, write_line};
 use crate::format::writer::{encode_record, record_size};
 use crate::format::{SignalWeights, SlotFormat, TRAILER};
+use crate::in_program::fd::identity;
 use crate::sampler::SamplerState;
-use crate::sys::fd::identity;
 use std::cell::UnsafeCell;
 use std::ffi::{c_int, CString};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
@@ -270,7 +270,7 @@ pub fn say_summary(state: &SamplerState) {
         return;
     }
     let stats = &state.table.stats;
-    let mut line = crate::sys::messages::FixedLine::default();
+    let mut line = crate::in_program::messages::FixedLine::default();
     line.text(b"PROFILE: interrupts/evictions/bytes = ")
         .number(state.interrupts.load(Ordering::Relaxed))
         .text(b"/")
@@ -283,7 +283,7 @@ pub fn say_summary(state: &SamplerState) {
         line.text(b"; INCOMPLETE: the file does not hold the whole profile");
     }
     line.text(b")\n");
-    crate::sys::messages::say_bytes(line.as_bytes());
+    crate::in_program::messages::say_bytes(line.as_bytes());
 }
 
 /// Before an `exec` of the process profiling here: completes the file as [`complete`] does,
@@ -623,7 +623,7 @@ impl Threadless {
         write_line(
             pid,
             ppid,
-            super::children::is_forked_child(),
+            crate::session::children::is_forked_child(),
             cmdline_args(&buffer[..n]),
             &mut |piece: &[u8]| {
                 if staged + piece.len() > stage.len() {

@@ -44,8 +44,8 @@
 //! change happens during a wall-clock profile.
 
 use crate::format::sample_context::UNKNOWN_SYSCALL;
+use crate::in_program::fd::GuardedFd;
 use crate::sampler::perf_event::{PerfEventAttr, ATTR_EXCLUDE_HV, PERF_FLAG_FD_CLOEXEC, PERF_TYPE_SOFTWARE};
-use crate::sys::fd::GuardedFd;
 use crate::unwind::Registers;
 use std::collections::HashMap;
 use std::io;
