@@ -56,7 +56,7 @@ pub mod writer;
 pub use fast_hash::FastHash;
 pub use maps::{MapEntry, Maps};
 pub use process::ProcessLine;
-pub use reader::{scan, ParseError, ParseErrorKind, Profile, Record, Sample, Scan};
+pub use reader::{scan, scan_from, ParseError, ParseErrorKind, Profile, Record, Sample, Scan};
 pub use sample_context::{ReadContext, SampleContext, SampleContexts, StateKind, ThreadState};
 pub use signal_weights::SignalWeights;
 pub use wall_looks::WallLooks;
