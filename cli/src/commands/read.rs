@@ -73,6 +73,11 @@ pub fn convert(a: ConvertArgs) -> Result<u8, String> {
         return db_to_dcpi(dir, &a.db.selection, &locator, &a.filters, &a.output);
     }
     let (file, source) = input::file_or_db(a.file, a.db.db.as_deref(), &a.db.selection, &locator)?;
+    if let (Target::Pprof, false) = (a.target, a.filters.active()) {
+        let outline = raw::outline_source(&file, &source, &locator)?;
+        pprof::write_source(&source, &outline, &locator, &a.output)?;
+        return Ok(0);
+    }
     let mut profile = raw::read_source(&file, &source, &locator)?;
     if a.filters.active() {
         profile = filters::profile(&profile, &locator, &a.filters);

@@ -131,7 +131,7 @@ pub fn summary(source: &Source) -> Result<Result<Summary, (ParseError, Option<Sc
 /// ends in `ends`, and an open-addressing index of them at most half full (`u32::MAX` for an
 /// empty slot). About 12 bytes per chain besides its slots.
 #[derive(Default)]
-struct ChainSet {
+pub struct ChainSet {
     words: Vec<u64>,
     ends: Vec<usize>,
     slots: Vec<u32>,
@@ -139,7 +139,8 @@ struct ChainSet {
 }
 
 impl ChainSet {
-    fn chain(&self, i: usize) -> &[u64] {
+    /// The `i`th distinct chain, in the order they were first added.
+    pub fn chain(&self, i: usize) -> &[u64] {
         let start = if i == 0 { 0 } else { self.ends[i - 1] };
         &self.words[start..self.ends[i]]
     }
@@ -156,8 +157,17 @@ impl ChainSet {
         }
     }
 
-    /// Adds `chain` if it is new.
-    fn insert(&mut self, chain: &[u64]) {
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Drops the index: no chain will be added any more.
+    pub fn freeze(&mut self) {
+        self.slots = Vec::new();
+    }
+
+    /// Adds `chain` if it is new; returns its number.
+    pub fn insert(&mut self, chain: &[u64]) -> usize {
         if 2 * (self.ends.len() + 1) > self.slots.len() {
             let mut slots = vec![u32::MAX; (2 * self.slots.len()).max(1024)];
             std::mem::swap(&mut slots, &mut self.slots);
@@ -172,6 +182,7 @@ impl ChainSet {
             self.words.extend_from_slice(chain);
             self.ends.push(self.words.len());
         }
+        self.slots[at] as usize
     }
 }
 
