@@ -796,6 +796,48 @@ mod tests {
     }
 
     #[test]
+    fn the_writer_writes_what_encode_does() {
+        let mut w = crate::format::ProfileWriter::new(Vec::new(), crate::format::SlotFormat::LE64, 10_000).unwrap();
+        w.write_record(3, &[0x1010, 0x3010, 0x1100]).unwrap();
+        w.write_record(1, &[0x1020, 0x5000]).unwrap();
+        w.write_record(2, &[0x1010, 0x3010, 0x1100]).unwrap();
+        w.write_record(4, &[0x3020, 0x1100]).unwrap();
+        let maps = b"1000-2000 r-xp 00000000 08:01 5 /bin/app\n3000-4000 r-xp 00000000 08:01 6 /lib/x.so\n\
+            # build-id 1000-2000 aabbcc\n# process 42 7 started /bin/app\n";
+        let profile = Profile::parse(&w.finish(maps).unwrap()).unwrap();
+        let frames = |addr: u64| -> Vec<Frame> {
+            match addr {
+                0x5000..=0x5fff => Vec::new(),
+                a if a % 2 == 0 => vec![Frame {
+                    function: format!("f{}", a % 3),
+                    file: if a < 0x2000 { "a.c".into() } else { String::new() },
+                    line: a % 5,
+                }],
+                a => vec![
+                    Frame {
+                        function: "inlined".into(),
+                        file: "b.c".into(),
+                        line: 9,
+                    },
+                    Frame {
+                        function: format!("g{}", a % 2),
+                        ..Frame::default()
+                    },
+                ],
+            }
+        };
+        let whole = Pprof::from_profile(&profile, frames, |_| "id".to_string()).encode();
+        let mut writer = PprofWriter::new(Vec::new(), &profile.maps, profile.period_us, false, |_| {
+            "id".to_string()
+        })
+        .unwrap();
+        for s in &profile.samples {
+            writer.sample(&s.pcs, s.count, None, frames).unwrap();
+        }
+        assert_eq!(writer.finish().unwrap(), whole);
+    }
+
+    #[test]
     fn varints_are_little_endian_base_128() {
         let mut out = Vec::new();
         varint(&mut out, 300);

@@ -774,6 +774,78 @@ mod tests {
         assert!(read.maps.entries.is_empty());
     }
 
+    /// What `scan` and `scan_from` see of `bytes`: the records visited and the outcome.
+    fn both_ways(bytes: &[u8]) -> [(Vec<(usize, u64, Vec<u64>)>, String); 2] {
+        let describe = |read: Result<(Scan, Option<ParseError>), ParseError>| match read {
+            Ok((scan, defect)) => {
+                format!(
+                    "{} {} {} {} {:?}",
+                    scan.format,
+                    scan.period_us,
+                    scan.records,
+                    scan.total,
+                    defect.map(|d| d.to_string())
+                ) + &format!(" maps {}", scan.maps.entries.len())
+            }
+            Err(e) => e.to_string(),
+        };
+        let mut whole = Vec::new();
+        let read = scan(bytes, |r| whole.push((r.offset, r.count, r.pcs().collect())));
+        let whole = (whole, describe(read));
+        let mut streamed = Vec::new();
+        let read = scan_from(std::io::Cursor::new(bytes), |r| {
+            streamed.push((r.offset, r.count, r.pcs().collect()))
+        })
+        .unwrap();
+        [whole, (streamed, describe(read))]
+    }
+
+    #[test]
+    fn reading_through_a_stream_sees_what_the_slice_shows_at_every_cut() {
+        for format in [SlotFormat::LE64, SlotFormat::BE64, SlotFormat::LE32, SlotFormat::BE32] {
+            let full = sample_profile(format);
+            for cut in 0..=full.len() {
+                let [whole, streamed] = both_ways(&full[..cut]);
+                assert_eq!(whole, streamed, "{format} cut at {cut}");
+            }
+            let parsed = Profile::parse_lenient(&full).unwrap().0;
+            let streamed = Profile::parse_from(std::io::Cursor::new(&full)).unwrap().unwrap();
+            assert_eq!(parsed.samples, streamed.samples);
+            assert_eq!(parsed.maps.entries.len(), streamed.maps.entries.len());
+        }
+    }
+
+    #[test]
+    fn a_stream_longer_than_the_window_reads_alike() {
+        let mut w = ProfileWriter::new(Vec::new(), SlotFormat::LE64, 10000).unwrap();
+        for i in 0..100_000u64 {
+            let depth = 1 + (i % 37) as usize;
+            let pcs: Vec<u64> = (0..depth as u64).map(|j| 0x1000 + i * 64 + j).collect();
+            w.write_record(1 + i % 5, &pcs).unwrap();
+        }
+        // One record longer than the window.
+        let deep: Vec<u64> = (1..=300_000u64).collect();
+        w.write_record(2, &deep).unwrap();
+        let bytes = w.finish(MAPS).unwrap();
+        assert!(bytes.len() > 3 * WINDOW);
+        let [whole, streamed] = both_ways(&bytes);
+        assert_eq!(whole, streamed);
+        let cut = &bytes[..bytes.len() - MAPS.len() - 100];
+        let [whole, streamed] = both_ways(cut);
+        assert_eq!(whole, streamed);
+    }
+
+    #[test]
+    fn a_crafted_depth_is_judged_without_reading_the_rest() {
+        let mut bytes = sample_profile(SlotFormat::LE64)[..40].to_vec();
+        bytes.extend_from_slice(&1u64.to_le_bytes());
+        bytes.extend_from_slice(&(1u64 << 60).to_le_bytes());
+        bytes.extend_from_slice(&[7; 4096]);
+        let [whole, streamed] = both_ways(&bytes);
+        assert_eq!(whole, streamed);
+        assert!(whole.1.contains("only 512 slots remain"), "{}", whole.1);
+    }
+
     #[test]
     fn truncation_anywhere_is_an_error_with_an_offset_and_keeps_whole_records() {
         let full = sample_profile(SlotFormat::LE64);
