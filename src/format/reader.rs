@@ -774,8 +774,11 @@ mod tests {
         assert!(read.maps.entries.is_empty());
     }
 
-    /// What `scan` and `scan_from` see of `bytes`: the records visited and the outcome.
-    fn both_ways(bytes: &[u8]) -> [(Vec<(usize, u64, Vec<u64>)>, String); 2] {
+    /// The records a scan visited (offset, count, program counters) and its outcome.
+    type Seen = (Vec<(usize, u64, Vec<u64>)>, String);
+
+    /// What `scan` and `scan_from` see of `bytes`.
+    fn both_ways(bytes: &[u8]) -> [Seen; 2] {
         let describe = |read: Result<(Scan, Option<ParseError>), ParseError>| match read {
             Ok((scan, defect)) => {
                 format!(
