@@ -58,7 +58,7 @@ pub use fast_hash::FastHash;
 pub use interner::Interner;
 pub use maps::{MapEntry, Maps};
 pub use process::ProcessLine;
-pub use reader::{scan, ParseError, ParseErrorKind, Profile, Record, Sample, Scan};
+pub use reader::{scan, scan_from, ParseError, ParseErrorKind, Profile, Record, Sample, Scan};
 pub use sample_context::{ReadContext, SampleContext, SampleContexts, StateKind, ThreadState};
 pub use signal_weights::SignalWeights;
 pub use wall_looks::WallLooks;

@@ -11,8 +11,9 @@
 //! writes, and it keeps protobuf code generation (and its build dependencies) out of the
 //! library that is preloaded into other programs.
 
-use super::{Profile, StateKind};
+use super::{Maps, Profile, ReadContext, SampleContexts, StateKind};
 use std::collections::HashMap;
+use std::io::{self, Write};
 
 /// A mapped object (`Mapping`).
 #[derive(Clone, Debug, Default)]
@@ -154,28 +155,9 @@ impl Pprof {
             period_ns: profile.period_us * 1000,
             ..Pprof::default()
         };
-        if let Some(p) = &profile.maps.process {
-            let origin = if p.forked { "forked" } else { "started" };
-            pprof.comments.push(format!(
-                "process {} (parent {}, {origin}): {}",
-                p.pid,
-                p.ppid,
-                p.command_line()
-            ));
-        }
-        let mut mapping_of_entry: HashMap<usize, usize> = HashMap::new();
-        for (i, entry) in profile.maps.entries.iter().enumerate() {
-            if entry.is_executable() {
-                mapping_of_entry.insert(i, pprof.mappings.len());
-                pprof.mappings.push(Mapping {
-                    start: entry.start,
-                    limit: entry.end,
-                    file_offset: entry.offset,
-                    file: entry.path.clone(),
-                    build_id: entry.build_id.clone().unwrap_or_else(|| build_id(&entry.path)),
-                });
-            }
-        }
+        pprof.comments.extend(process_comment(&profile.maps));
+        let mapping_of_entry;
+        (pprof.mappings, mapping_of_entry) = mappings_of(&profile.maps, &mut build_id);
         let mut location_of_addr: HashMap<u64, usize> = HashMap::new();
         for s in &profile.samples {
             let locations = s
@@ -201,28 +183,7 @@ impl Pprof {
                 })
                 .collect();
             let labels = match &s.context {
-                Some(context) => {
-                    let (state, syscall) = match context.kind() {
-                        StateKind::OnCpu => ("on-cpu", None),
-                        StateKind::Runnable => ("runnable", None),
-                        StateKind::Blocked => ("blocked", context.syscall()),
-                    };
-                    let mut labels = vec![
-                        (
-                            "thread".to_string(),
-                            LabelValue::Text(profile.maps.contexts.thread_label(context.tid)),
-                        ),
-                        ("thread_id".to_string(), LabelValue::Number(i64::from(context.tid))),
-                    ];
-                    // A CPU profile's samples are all on the CPU: its labels name threads only.
-                    if wall {
-                        labels.push(("state".to_string(), LabelValue::Text(state.to_string())));
-                    }
-                    if let Some(call) = syscall {
-                        labels.push(("syscall".to_string(), LabelValue::Text(call.to_string())));
-                    }
-                    labels
-                }
+                Some(context) => labels(context, &profile.maps.contexts, wall),
                 None => Vec::new(),
             };
             pprof.samples.push(Sample {
@@ -239,34 +200,16 @@ impl Pprof {
     pub fn encode(&self) -> Vec<u8> {
         let mut strings = StringTable::default();
         let mut out = Vec::new();
-        let (samples, count, cpu, nanoseconds) = (
-            strings.id("samples"),
-            strings.id("count"),
-            strings.id(if self.kind.is_empty() { "cpu" } else { self.kind }),
-            strings.id("nanoseconds"),
+        let kind_unit = head_of_message(
+            &mut out,
+            &mut strings,
+            if self.kind.is_empty() { "cpu" } else { self.kind },
         );
-        for (kind, unit) in [(samples, count), (cpu, nanoseconds)] {
-            message(&mut out, 1, |m| {
-                uint(m, 1, kind);
-                uint(m, 2, unit);
-            });
-        }
+        let mut ids = Vec::new();
         for s in &self.samples {
-            message(&mut out, 2, |m| {
-                packed(m, 1, s.locations.iter().map(|&l| l as u64 + 1));
-                packed(m, 2, [s.count, s.count.saturating_mul(self.period_ns)].into_iter());
-                for (name, value) in &s.labels {
-                    let name = strings.id(name);
-                    message(m, 3, |l| {
-                        uint(l, 1, name);
-                        match value {
-                            LabelValue::Text(text) => uint(l, 2, strings.id(text)),
-                            // Protobuf's int64 varint: two's complement as a u64.
-                            LabelValue::Number(n) => uint(l, 3, *n as u64),
-                        }
-                    });
-                }
-            });
+            ids.clear();
+            ids.extend(s.locations.iter().map(|&l| l as u64 + 1));
+            sample_message(&mut out, &mut strings, &ids, s.count, self.period_ns, &s.labels);
         }
         // What each mapping's locations hold (functions, files, lines, inlined frames), in
         // one pass over the locations: a pass per mapping took seconds for a crafted profile
@@ -281,21 +224,7 @@ impl Pprof {
             f[2] |= location.frames.iter().any(|f| f.line != 0);
             f[3] |= location.frames.len() > 1;
         }
-        for (i, mapping) in self.mappings.iter().enumerate() {
-            let (file, build_id) = (strings.id(&mapping.file), strings.id(&mapping.build_id));
-            let [has_functions, has_files, has_lines, has_inlines] = flags[i];
-            message(&mut out, 3, |m| {
-                uint(m, 1, i as u64 + 1);
-                uint(m, 2, mapping.start);
-                uint(m, 3, mapping.limit);
-                uint(m, 4, mapping.file_offset);
-                uint(m, 5, file);
-                uint(m, 6, build_id);
-                for (field, flag) in [(7, has_functions), (8, has_files), (9, has_lines), (10, has_inlines)] {
-                    uint(m, field, flag as u64);
-                }
-            });
-        }
+        mappings_message(&mut out, &mut strings, &self.mappings, &flags);
         let mut functions: HashMap<(String, String), u64> = HashMap::new();
         let mut function_list = Vec::new();
         for (i, location) in self.locations.iter().enumerate() {
@@ -313,44 +242,414 @@ impl Pprof {
                     (id, f.line)
                 })
                 .collect();
-            message(&mut out, 4, |m| {
-                uint(m, 1, i as u64 + 1);
-                uint(m, 2, location.mapping.map_or(0, |x| x as u64 + 1));
-                uint(m, 3, location.address);
-                for (function, line) in &lines {
-                    message(m, 4, |l| {
-                        uint(l, 1, *function);
-                        uint(l, 2, *line);
-                    });
+            let mapping = location.mapping.map_or(0, |x| x as u64 + 1);
+            location_message(&mut out, i, mapping, location.address, &lines);
+        }
+        tail_of_message(
+            &mut out,
+            &mut strings,
+            &function_list,
+            &self.comments,
+            (self.time_ns, self.duration_ns),
+            kind_unit,
+            self.period_ns,
+        );
+        out
+    }
+}
+
+/// A pprof message written as it is made, for profiles too large to hold as a [`Pprof`]: the
+/// same bytes as [`Pprof::from_profile`] then [`Pprof::encode`] of a profile whose distinct
+/// samples are handed over one by one, in the profile's order, by [`PprofWriter::sample`].
+/// Each sample is written at once; what is kept is one entry per distinct address (its
+/// mapping and frames, the frames' names once each), and the string table.
+pub struct PprofWriter<'m, W: Write> {
+    out: W,
+    maps: &'m Maps,
+    wall: bool,
+    period_ns: u64,
+    comments: Vec<String>,
+    strings: StringTable,
+    /// The string ids of the two value types' second kind and unit.
+    kind_unit: (u64, u64),
+    mappings: Vec<Mapping>,
+    mapping_of_entry: HashMap<usize, usize>,
+    /// Each location: its address, its mapping (plus one; 0 for none) and where its frames
+    /// end in `frames`.
+    locations: Vec<(u64, u32, usize)>,
+    /// Open-addressing index of `locations` by address, at most half full (`u32::MAX` empty).
+    location_slots: Vec<u32>,
+    /// Every location's frames, one after another: function and file (ids in `names`) and line.
+    frames: Vec<(u32, u32, u64)>,
+    names: Names,
+    /// Scratch space for one message.
+    message: Vec<u8>,
+    ids: Vec<u64>,
+}
+
+/// Frame names, each kept once.
+#[derive(Default)]
+struct Names {
+    list: Vec<std::rc::Rc<str>>,
+    index: HashMap<std::rc::Rc<str>, u32>,
+}
+
+impl Names {
+    fn id(&mut self, name: &str) -> u32 {
+        if let Some(&id) = self.index.get(name) {
+            return id;
+        }
+        let id = self.list.len() as u32;
+        let name: std::rc::Rc<str> = name.into();
+        self.list.push(name.clone());
+        self.index.insert(name, id);
+        id
+    }
+}
+
+impl<'m, W: Write> PprofWriter<'m, W> {
+    /// Starts the message for a profile of period `period_us` with `maps` (whose mappings and
+    /// `# process` line it takes, as [`Pprof::from_profile`] does, `build_id` naming the
+    /// build-ids not recorded). `wall`: whether it is a wall-clock profile whose samples carry
+    /// contexts (`!maps.contexts.cpu_profile` and some sample has a context).
+    ///
+    /// # Errors
+    ///
+    /// Those of writing to `out`.
+    pub fn new(
+        mut out: W,
+        maps: &'m Maps,
+        period_us: u64,
+        wall: bool,
+        mut build_id: impl FnMut(&str) -> String,
+    ) -> io::Result<Self> {
+        let (mappings, mapping_of_entry) = mappings_of(maps, &mut build_id);
+        let mut strings = StringTable::default();
+        let mut message = Vec::new();
+        let kind_unit = head_of_message(&mut message, &mut strings, if wall { "wall" } else { "cpu" });
+        out.write_all(&message)?;
+        Ok(PprofWriter {
+            out,
+            maps,
+            wall,
+            period_ns: period_us * 1000,
+            comments: process_comment(maps).into_iter().collect(),
+            strings,
+            kind_unit,
+            mappings,
+            mapping_of_entry,
+            locations: Vec::new(),
+            location_slots: Vec::new(),
+            frames: Vec::new(),
+            names: Names::default(),
+            message: Vec::new(),
+            ids: Vec::new(),
+        })
+    }
+
+    /// The location of `addr`, added (named by `frames`) if new.
+    fn location(&mut self, addr: u64, frames: &mut impl FnMut(u64) -> Vec<Frame>) -> usize {
+        if 2 * (self.locations.len() + 1) > self.location_slots.len() {
+            let len = (2 * self.location_slots.len()).max(1024);
+            self.location_slots = vec![u32::MAX; len];
+            for i in 0..self.locations.len() {
+                let at = self.slot(self.locations[i].0);
+                self.location_slots[at] = i as u32;
+            }
+        }
+        let at = self.slot(addr);
+        if self.location_slots[at] != u32::MAX {
+            return self.location_slots[at] as usize;
+        }
+        let mapping = self
+            .maps
+            .entries
+            .iter()
+            .position(|e| e.contains(addr) && e.is_executable())
+            .and_then(|i| self.mapping_of_entry.get(&i).copied());
+        for f in frames(addr) {
+            let (function, file) = (self.names.id(&f.function), self.names.id(&f.file));
+            self.frames.push((function, file, f.line));
+        }
+        let i = self.locations.len();
+        self.location_slots[at] = i as u32;
+        self.locations
+            .push((addr, mapping.map_or(0, |m| m as u32 + 1), self.frames.len()));
+        i
+    }
+
+    fn slot(&self, addr: u64) -> usize {
+        let mask = self.location_slots.len() - 1;
+        // Fibonacci hashing: addresses are mostly aligned and close together.
+        let mut at = (addr.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as usize & mask;
+        loop {
+            match self.location_slots[at] {
+                u32::MAX => return at,
+                i if self.locations[i as usize].0 == addr => return at,
+                _ => at = (at + 1) & mask,
+            }
+        }
+    }
+
+    /// Writes the next distinct sample: its chain (`pcs`, interrupted PC first), its count and
+    /// its context, new addresses named by `frames` (called once per distinct address).
+    ///
+    /// # Errors
+    ///
+    /// Those of writing to `out`.
+    pub fn sample(
+        &mut self,
+        pcs: &[u64],
+        count: u64,
+        context: Option<&ReadContext>,
+        mut frames: impl FnMut(u64) -> Vec<Frame>,
+    ) -> io::Result<()> {
+        let mut ids = std::mem::take(&mut self.ids);
+        ids.clear();
+        for (i, &pc) in pcs.iter().enumerate() {
+            let addr = if i == 0 { pc } else { pc.saturating_sub(1) };
+            ids.push(self.location(addr, &mut frames) as u64 + 1);
+        }
+        let labels = context.map_or_else(Vec::new, |c| labels(c, &self.maps.contexts, self.wall));
+        self.message.clear();
+        sample_message(
+            &mut self.message,
+            &mut self.strings,
+            &ids,
+            count,
+            self.period_ns,
+            &labels,
+        );
+        self.ids = ids;
+        self.out.write_all(&self.message)
+    }
+
+    /// Writes the rest of the message (mappings, locations, functions, strings, period) and
+    /// returns `out`.
+    ///
+    /// # Errors
+    ///
+    /// Those of writing to `out`.
+    pub fn finish(mut self) -> io::Result<W> {
+        let mut flags = vec![[false; 4]; self.mappings.len()];
+        let empty = self.names.id("");
+        let mut start = 0;
+        for &(_, mapping, end) in &self.locations {
+            let frames = &self.frames[start..end];
+            start = end;
+            let Some(f) = mapping.checked_sub(1).and_then(|i| flags.get_mut(i as usize)) else {
+                continue;
+            };
+            f[0] |= !frames.is_empty();
+            f[1] |= frames.iter().any(|f| f.1 != empty);
+            f[2] |= frames.iter().any(|f| f.2 != 0);
+            f[3] |= frames.len() > 1;
+        }
+        let mut out = Vec::new();
+        mappings_message(&mut out, &mut self.strings, &self.mappings, &flags);
+        self.out.write_all(&out)?;
+        // Functions by (name, file) ids, numbered as they are first met.
+        let mut functions: HashMap<(u32, u32), u64> = HashMap::new();
+        let mut function_list = Vec::new();
+        let mut start = 0;
+        let mut lines = Vec::new();
+        for (i, &(address, mapping, end)) in self.locations.iter().enumerate() {
+            lines.clear();
+            for &(function, file, line) in &self.frames[start..end] {
+                let next = functions.len() as u64 + 1;
+                let id = *functions.entry((function, file)).or_insert_with(|| {
+                    let name = self.strings.id(&self.names.list[function as usize]);
+                    let file = self.strings.id(&self.names.list[file as usize]);
+                    function_list.push((next, name, file));
+                    next
+                });
+                lines.push((id, line));
+            }
+            start = end;
+            out.clear();
+            location_message(&mut out, i, u64::from(mapping), address, &lines);
+            self.out.write_all(&out)?;
+        }
+        out.clear();
+        tail_of_message(
+            &mut out,
+            &mut self.strings,
+            &function_list,
+            &self.comments,
+            (0, 0),
+            self.kind_unit,
+            self.period_ns,
+        );
+        self.out.write_all(&out)?;
+        Ok(self.out)
+    }
+}
+
+/// The executable mappings of `maps`, with the build-id recorded for each or else the one
+/// `build_id` gives for its path; and which entry of `maps` became which mapping.
+fn mappings_of(maps: &Maps, build_id: &mut impl FnMut(&str) -> String) -> (Vec<Mapping>, HashMap<usize, usize>) {
+    let mut mappings = Vec::new();
+    let mut mapping_of_entry: HashMap<usize, usize> = HashMap::new();
+    for (i, entry) in maps.entries.iter().enumerate() {
+        if entry.is_executable() {
+            mapping_of_entry.insert(i, mappings.len());
+            mappings.push(Mapping {
+                start: entry.start,
+                limit: entry.end,
+                file_offset: entry.offset,
+                file: entry.path.clone(),
+                build_id: entry.build_id.clone().unwrap_or_else(|| build_id(&entry.path)),
+            });
+        }
+    }
+    (mappings, mapping_of_entry)
+}
+
+/// The comment a profile's `# process` line becomes.
+fn process_comment(maps: &Maps) -> Option<String> {
+    let p = maps.process.as_ref()?;
+    let origin = if p.forked { "forked" } else { "started" };
+    Some(format!(
+        "process {} (parent {}, {origin}): {}",
+        p.pid,
+        p.ppid,
+        p.command_line()
+    ))
+}
+
+/// A sample's labels: its thread (name and id), and in a wall-clock profile its state and
+/// system call.
+fn labels(context: &ReadContext, contexts: &SampleContexts, wall: bool) -> Vec<(String, LabelValue)> {
+    let (state, syscall) = match context.kind() {
+        StateKind::OnCpu => ("on-cpu", None),
+        StateKind::Runnable => ("runnable", None),
+        StateKind::Blocked => ("blocked", context.syscall()),
+    };
+    let mut labels = vec![
+        (
+            "thread".to_string(),
+            LabelValue::Text(contexts.thread_label(context.tid)),
+        ),
+        ("thread_id".to_string(), LabelValue::Number(i64::from(context.tid))),
+    ];
+    // A CPU profile's samples are all on the CPU: its labels name threads only.
+    if wall {
+        labels.push(("state".to_string(), LabelValue::Text(state.to_string())));
+    }
+    if let Some(call) = syscall {
+        labels.push(("syscall".to_string(), LabelValue::Text(call.to_string())));
+    }
+    labels
+}
+
+/// The two sample types; returns the string ids of the second's kind and unit.
+fn head_of_message(out: &mut Vec<u8>, strings: &mut StringTable, kind: &str) -> (u64, u64) {
+    let (samples, count, cpu, nanoseconds) = (
+        strings.id("samples"),
+        strings.id("count"),
+        strings.id(kind),
+        strings.id("nanoseconds"),
+    );
+    for (kind, unit) in [(samples, count), (cpu, nanoseconds)] {
+        message(out, 1, |m| {
+            uint(m, 1, kind);
+            uint(m, 2, unit);
+        });
+    }
+    (cpu, nanoseconds)
+}
+
+fn sample_message(
+    out: &mut Vec<u8>,
+    strings: &mut StringTable,
+    locations: &[u64],
+    count: u64,
+    period_ns: u64,
+    labels: &[(String, LabelValue)],
+) {
+    message(out, 2, |m| {
+        packed(m, 1, locations.iter().copied());
+        packed(m, 2, [count, count.saturating_mul(period_ns)].into_iter());
+        for (name, value) in labels {
+            let name = strings.id(name);
+            message(m, 3, |l| {
+                uint(l, 1, name);
+                match value {
+                    LabelValue::Text(text) => uint(l, 2, strings.id(text)),
+                    // Protobuf's int64 varint: two's complement as a u64.
+                    LabelValue::Number(n) => uint(l, 3, *n as u64),
                 }
             });
         }
-        for (id, name, file) in function_list {
-            message(&mut out, 5, |m| {
-                uint(m, 1, id);
-                uint(m, 2, name);
-                uint(m, 3, name);
-                uint(m, 4, file);
+    });
+}
+
+fn mappings_message(out: &mut Vec<u8>, strings: &mut StringTable, mappings: &[Mapping], flags: &[[bool; 4]]) {
+    for (i, mapping) in mappings.iter().enumerate() {
+        let (file, build_id) = (strings.id(&mapping.file), strings.id(&mapping.build_id));
+        let [has_functions, has_files, has_lines, has_inlines] = flags[i];
+        message(out, 3, |m| {
+            uint(m, 1, i as u64 + 1);
+            uint(m, 2, mapping.start);
+            uint(m, 3, mapping.limit);
+            uint(m, 4, mapping.file_offset);
+            uint(m, 5, file);
+            uint(m, 6, build_id);
+            for (field, flag) in [(7, has_functions), (8, has_files), (9, has_lines), (10, has_inlines)] {
+                uint(m, field, flag as u64);
+            }
+        });
+    }
+}
+
+fn location_message(out: &mut Vec<u8>, i: usize, mapping: u64, address: u64, lines: &[(u64, u64)]) {
+    message(out, 4, |m| {
+        uint(m, 1, i as u64 + 1);
+        uint(m, 2, mapping);
+        uint(m, 3, address);
+        for (function, line) in lines {
+            message(m, 4, |l| {
+                uint(l, 1, *function);
+                uint(l, 2, *line);
             });
         }
-        let comments: Vec<u64> = self.comments.iter().map(|c| strings.id(c)).collect();
-        for s in &strings.list {
-            key(&mut out, 6, 2);
-            varint(&mut out, s.len() as u64);
-            out.extend_from_slice(s.as_bytes());
-        }
-        uint(&mut out, 9, self.time_ns);
-        uint(&mut out, 10, self.duration_ns);
-        message(&mut out, 11, |m| {
-            uint(m, 1, cpu);
-            uint(m, 2, nanoseconds);
+    });
+}
+
+/// Functions, the string table, time and duration, the period and the comments.
+fn tail_of_message(
+    out: &mut Vec<u8>,
+    strings: &mut StringTable,
+    function_list: &[(u64, u64, u64)],
+    comments: &[String],
+    (time_ns, duration_ns): (u64, u64),
+    (cpu, nanoseconds): (u64, u64),
+    period_ns: u64,
+) {
+    for &(id, name, file) in function_list {
+        message(out, 5, |m| {
+            uint(m, 1, id);
+            uint(m, 2, name);
+            uint(m, 3, name);
+            uint(m, 4, file);
         });
-        uint(&mut out, 12, self.period_ns);
-        for comment in comments {
-            key(&mut out, 13, 0);
-            varint(&mut out, comment);
-        }
-        out
+    }
+    let comments: Vec<u64> = comments.iter().map(|c| strings.id(c)).collect();
+    for s in &strings.list {
+        key(out, 6, 2);
+        varint(out, s.len() as u64);
+        out.extend_from_slice(s.as_bytes());
+    }
+    uint(out, 9, time_ns);
+    uint(out, 10, duration_ns);
+    message(out, 11, |m| {
+        uint(m, 1, cpu);
+        uint(m, 2, nanoseconds);
+    });
+    uint(out, 12, period_ns);
+    for comment in comments {
+        key(out, 13, 0);
+        varint(out, comment);
     }
 }
 
@@ -494,6 +793,48 @@ mod tests {
             .collect();
         assert_eq!(ids.len(), 1);
         assert_eq!(strings[ids[0] as usize], comment.as_bytes());
+    }
+
+    #[test]
+    fn the_writer_writes_what_encode_does() {
+        let mut w = crate::format::ProfileWriter::new(Vec::new(), crate::format::SlotFormat::LE64, 10_000).unwrap();
+        w.write_record(3, &[0x1010, 0x3010, 0x1100]).unwrap();
+        w.write_record(1, &[0x1020, 0x5000]).unwrap();
+        w.write_record(2, &[0x1010, 0x3010, 0x1100]).unwrap();
+        w.write_record(4, &[0x3020, 0x1100]).unwrap();
+        let maps = b"1000-2000 r-xp 00000000 08:01 5 /bin/app\n3000-4000 r-xp 00000000 08:01 6 /lib/x.so\n\
+            # build-id 1000-2000 aabbcc\n# process 42 7 started /bin/app\n";
+        let profile = Profile::parse(&w.finish(maps).unwrap()).unwrap();
+        let frames = |addr: u64| -> Vec<Frame> {
+            match addr {
+                0x5000..=0x5fff => Vec::new(),
+                a if a % 2 == 0 => vec![Frame {
+                    function: format!("f{}", a % 3),
+                    file: if a < 0x2000 { "a.c".into() } else { String::new() },
+                    line: a % 5,
+                }],
+                a => vec![
+                    Frame {
+                        function: "inlined".into(),
+                        file: "b.c".into(),
+                        line: 9,
+                    },
+                    Frame {
+                        function: format!("g{}", a % 2),
+                        ..Frame::default()
+                    },
+                ],
+            }
+        };
+        let whole = Pprof::from_profile(&profile, frames, |_| "id".to_string()).encode();
+        let mut writer = PprofWriter::new(Vec::new(), &profile.maps, profile.period_us, false, |_| {
+            "id".to_string()
+        })
+        .unwrap();
+        for s in &profile.samples {
+            writer.sample(&s.pcs, s.count, None, frames).unwrap();
+        }
+        assert_eq!(writer.finish().unwrap(), whole);
     }
 
     #[test]

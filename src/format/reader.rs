@@ -4,6 +4,7 @@
 use super::{ByteOrder, FastHash, Maps, ReadContext, SlotFormat};
 use std::collections::HashMap;
 use std::fmt;
+use std::io::{self, Read, Seek, SeekFrom};
 
 /// One distinct call chain and the samples it received (identical chains are summed).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -105,6 +106,49 @@ impl Profile {
             ordinal += 1;
         });
         Ok((merged.finish(read), defect))
+    }
+    /// [`Profile::parse`] of a profile read through `source` (a file, say) by [`scan_from`],
+    /// never held whole in memory: the profile's distinct chains are, the file's bytes are not.
+    ///
+    /// # Errors
+    ///
+    /// The outer `Err` is a failure to read `source`; the inner one is [`Profile::parse`]'s.
+    pub fn parse_from<R: Read + Seek>(source: R) -> io::Result<Result<Profile, ParseError>> {
+        Ok(match Self::parse_lenient_from(source)? {
+            Ok((_, Some(e))) | Err(e) => Err(e),
+            Ok((profile, None)) => Ok(profile),
+        })
+    }
+
+    /// [`Profile::parse_lenient`] of a profile read through `source`, as [`Profile::parse_from`]
+    /// reads it. A wall-clock profile, whose contexts follow the records, is read twice
+    /// (`source` is rewound to where it was).
+    ///
+    /// # Errors
+    ///
+    /// The outer `Err` is a failure to read `source`; the inner one is
+    /// [`Profile::parse_lenient`]'s.
+    pub fn parse_lenient_from<R: Read + Seek>(
+        mut source: R,
+    ) -> io::Result<Result<(Profile, Option<ParseError>), ParseError>> {
+        let start = source.stream_position()?;
+        let mut merged = Merger::default();
+        let (read, defect) = match scan_from(&mut source, |record| merged.add(record, None))? {
+            Ok(read) => read,
+            Err(e) => return Ok(Err(e)),
+        };
+        if read.maps.contexts.is_empty() {
+            return Ok(Ok((merged.finish(read), defect)));
+        }
+        let mut merged = Merger::default();
+        let contexts = &read.maps.contexts;
+        let mut ordinal = 0;
+        source.seek(SeekFrom::Start(start))?;
+        let _ = scan_from(&mut source, |record| {
+            merged.add(record, contexts.of(ordinal));
+            ordinal += 1;
+        })?;
+        Ok(Ok((merged.finish(read), defect)))
     }
 }
 
@@ -209,8 +253,170 @@ impl<'a> Record<'a> {
 /// assert!(defect.is_none());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub fn scan(bytes: &[u8], mut visit: impl FnMut(Record<'_>)) -> Result<(Scan, Option<ParseError>), ParseError> {
-    let (format, header_len, period_us) = parse_header(bytes)?;
+pub fn scan(bytes: &[u8], visit: impl FnMut(Record<'_>)) -> Result<(Scan, Option<ParseError>), ParseError> {
+    match scan_input(&mut Slice(bytes), visit) {
+        Ok(read) => Ok(read),
+        Err(Failure::Parse(e)) => Err(e),
+        Err(Failure::Io(_)) => unreachable!("reading a slice cannot fail"),
+    }
+}
+
+/// [`scan()`] of a profile read through `source` (a file, say) rather than held in memory:
+/// the header is checked from the first bytes before anything else is read, then the records
+/// are read through a window of about a megabyte (a record longer than that is held whole
+/// while it is visited), and the maps after the trailer are read last. Memory stays that of
+/// the window and the maps, whatever the size of the file. `Seek` is used only to measure
+/// what is left of the file when a record claims more than the window holds (a crafted depth
+/// is judged without reading the rest of the file into memory).
+///
+/// # Errors
+///
+/// The outer `Err` is a failure to read `source`; the inner one is [`scan()`]'s (a bad
+/// header).
+pub fn scan_from<R: Read + Seek>(
+    source: R,
+    visit: impl FnMut(Record<'_>),
+) -> io::Result<Result<(Scan, Option<ParseError>), ParseError>> {
+    match scan_input(&mut Stream::new(source), visit) {
+        Ok(read) => Ok(Ok(read)),
+        Err(Failure::Parse(e)) => Ok(Err(e)),
+        Err(Failure::Io(e)) => Err(e),
+    }
+}
+
+/// Why [`scan_input`] stopped short of a result.
+enum Failure {
+    Parse(ParseError),
+    Io(io::Error),
+}
+
+impl From<io::Error> for Failure {
+    fn from(e: io::Error) -> Self {
+        Failure::Io(e)
+    }
+}
+
+/// Where the records are read from: the whole file in memory, or a window onto a stream.
+trait Input {
+    /// The bytes from `offset` on: at least `n` of them unless the input ends sooner (then
+    /// all that is left). `offset` never goes back before an offset asked for earlier.
+    fn at(&mut self, offset: usize, n: usize) -> io::Result<&[u8]>;
+    /// How many bytes the input holds from `offset` to its end.
+    fn left(&mut self, offset: usize) -> io::Result<usize>;
+    /// Everything from `offset` to the end.
+    fn rest(&mut self, offset: usize) -> io::Result<&[u8]>;
+}
+
+struct Slice<'a>(&'a [u8]);
+
+impl Input for Slice<'_> {
+    fn at(&mut self, offset: usize, _: usize) -> io::Result<&[u8]> {
+        Ok(&self.0[offset..])
+    }
+    fn left(&mut self, offset: usize) -> io::Result<usize> {
+        Ok(self.0.len() - offset)
+    }
+    fn rest(&mut self, offset: usize) -> io::Result<&[u8]> {
+        Ok(&self.0[offset..])
+    }
+}
+
+/// A window onto a stream: `buf` holds the bytes from file offset `base` on.
+struct Stream<R> {
+    source: R,
+    buf: Vec<u8>,
+    base: usize,
+    ended: bool,
+}
+
+/// How much [`Stream`] reads at a time, and how much it lets pile up before dropping what
+/// has been read.
+const WINDOW: usize = 1 << 20;
+
+impl<R: Read + Seek> Stream<R> {
+    fn new(source: R) -> Self {
+        Stream {
+            source,
+            buf: Vec::new(),
+            base: 0,
+            ended: false,
+        }
+    }
+
+    /// Drops the bytes before `offset` once enough have piled up.
+    fn forget_before(&mut self, offset: usize) {
+        let done = offset - self.base;
+        if done >= WINDOW || (done > 0 && done == self.buf.len()) {
+            self.buf.drain(..done);
+            self.base = offset;
+        }
+    }
+
+    /// Reads at least `want` more bytes unless the stream ends first.
+    fn fill(&mut self, want: usize) -> io::Result<()> {
+        let target = self.buf.len() + want;
+        while self.buf.len() < target && !self.ended {
+            let len = self.buf.len();
+            self.buf.resize(len.max(target).max(len + WINDOW), 0);
+            let read = loop {
+                match self.source.read(&mut self.buf[len..]) {
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    other => break other,
+                }
+            };
+            let n = match read {
+                Ok(n) => n,
+                Err(e) => {
+                    self.buf.truncate(len);
+                    return Err(e);
+                }
+            };
+            self.buf.truncate(len + n);
+            self.ended = n == 0;
+        }
+        Ok(())
+    }
+}
+
+impl<R: Read + Seek> Input for Stream<R> {
+    fn at(&mut self, offset: usize, n: usize) -> io::Result<&[u8]> {
+        self.forget_before(offset);
+        let have = self.buf.len() - (offset - self.base);
+        if have < n {
+            self.fill(n - have)?;
+        }
+        Ok(&self.buf[offset - self.base..])
+    }
+
+    fn left(&mut self, offset: usize) -> io::Result<usize> {
+        let buffered = self.buf.len() - (offset - self.base);
+        if self.ended {
+            return Ok(buffered);
+        }
+        // Where the source is (just past the buffer) and where it ends.
+        let position = self.source.stream_position()?;
+        let end = self.source.seek(SeekFrom::End(0))?;
+        self.source.seek(SeekFrom::Start(position))?;
+        Ok(buffered + end.saturating_sub(position) as usize)
+    }
+
+    fn rest(&mut self, offset: usize) -> io::Result<&[u8]> {
+        self.buf.drain(..offset - self.base);
+        self.base = offset;
+        self.source.read_to_end(&mut self.buf)?;
+        self.ended = true;
+        Ok(&self.buf)
+    }
+}
+
+/// Records longer than this are read only after the file is known to hold them whole.
+const TRUST_DEPTH_BYTES: u64 = 16 << 20;
+
+fn scan_input(
+    input: &mut impl Input,
+    mut visit: impl FnMut(Record<'_>),
+) -> Result<(Scan, Option<ParseError>), Failure> {
+    let (format, header_len, period_us) = parse_header(input)?;
     let mut read = Scan {
         format,
         period_us,
@@ -221,17 +427,25 @@ pub fn scan(bytes: &[u8], mut visit: impl FnMut(Record<'_>)) -> Result<(Scan, Op
     let mut offset = header_len;
     let size = format.size;
     let defect = loop {
-        let slot_at = |i: usize| format.get(&bytes[offset + i * size..]);
-        let available = (bytes.len() - offset) / size;
-        if available < 2 {
+        let head = input.at(offset, 3 * size)?;
+        if head.len() / size < 2 {
             break Some(ParseError::at(offset, ParseErrorKind::MissingTrailer));
         }
-        let (count, depth) = (slot_at(0), slot_at(1));
+        let (count, depth) = (format.get(head), format.get(&head[size..]));
         if depth == 0 {
             break Some(ParseError::at(offset, ParseErrorKind::EmptyRecord));
         }
-        let record_slots = depth.checked_add(2).filter(|&n| n <= available as u64);
-        let Some(record_slots) = record_slots else {
+        // The record's length in bytes, if the file holds it whole.
+        let wanted = depth.checked_add(2).and_then(|n| n.checked_mul(size as u64));
+        let whole = match wanted {
+            Some(bytes) if bytes <= TRUST_DEPTH_BYTES || bytes <= input.left(offset)? as u64 => {
+                let bytes = bytes as usize;
+                (input.at(offset, bytes)?.len() >= bytes).then_some(bytes)
+            }
+            _ => None,
+        };
+        let Some(record_len) = whole else {
+            let available = input.left(offset)? / size;
             break Some(ParseError::at(
                 offset,
                 ParseErrorKind::TruncatedRecord {
@@ -240,10 +454,11 @@ pub fn scan(bytes: &[u8], mut visit: impl FnMut(Record<'_>)) -> Result<(Scan, Op
                 },
             ));
         };
-        let first_pc = slot_at(2);
+        let slots = &input.at(offset, record_len)?[..record_len];
+        let first_pc = format.get(&slots[2 * size..]);
         if count == 0 {
             if depth == 1 && first_pc == 0 {
-                read.maps = Maps::parse(&bytes[offset + 3 * size..]);
+                read.maps = Maps::parse(input.rest(offset + 3 * size)?);
                 return Ok((read, None));
             }
             break Some(ParseError::at(offset, ParseErrorKind::ZeroCount));
@@ -255,51 +470,56 @@ pub fn scan(bytes: &[u8], mut visit: impl FnMut(Record<'_>)) -> Result<(Scan, Op
         let Some(total) = read.total.checked_add(count) else {
             break Some(ParseError::at(offset, ParseErrorKind::CountOverflow { count }));
         };
-        let end = offset + record_slots as usize * size;
         visit(Record {
             offset,
             count,
             format,
-            slots: &bytes[offset + 2 * size..end],
+            slots: &slots[2 * size..],
         });
         read.total = total;
         read.records += 1;
-        offset = end;
+        offset += record_len;
     };
     Ok((read, defect))
 }
 
-/// Detects slot width and byte order from the header and validates it.
-/// Returns (format, header length in bytes, period in microseconds).
-fn parse_header(bytes: &[u8]) -> Result<(SlotFormat, usize, u64), ParseError> {
+/// Detects slot width and byte order from the header and validates it, from the header's
+/// bytes alone. Returns (format, header length in bytes, period in microseconds).
+fn parse_header(input: &mut impl Input) -> Result<(SlotFormat, usize, u64), Failure> {
+    // Enough for the first two slots of any format: all of the file if it is shorter.
+    let bytes = input.at(0, 16)?;
     if bytes.len() < 8 {
-        return Err(ParseError::at(
+        return Err(Failure::Parse(ParseError::at(
             bytes.len(),
             ParseErrorKind::TooShortForHeader { len: bytes.len() },
-        ));
+        )));
     }
     // Slot 0 is 0 and slot 1 is >= 3 in every format; the four encodings of "0, 3" differ in
     // where the non-zero byte falls, which identifies the format (see the format spec).
     let format = [SlotFormat::LE64, SlotFormat::BE64, SlotFormat::LE32, SlotFormat::BE32]
         .into_iter()
         .find(|f| bytes.len() >= 2 * f.size && f.get(bytes) == 0 && (3..=1 << 20).contains(&f.get(&bytes[f.size..])))
-        .ok_or_else(|| ParseError::at(0, ParseErrorKind::NotAProfile))?;
+        .ok_or_else(|| Failure::Parse(ParseError::at(0, ParseErrorKind::NotAProfile)))?;
     let size = format.size;
     let header_words = format.get(&bytes[size..]) as usize;
     let header_len = (2 + header_words) * size;
+    let bytes = input.at(0, header_len)?;
     if bytes.len() < header_len {
-        return Err(ParseError::at(
+        return Err(Failure::Parse(ParseError::at(
             bytes.len(),
             ParseErrorKind::TooShortForHeader { len: bytes.len() },
-        ));
+        )));
     }
     let version = format.get(&bytes[2 * size..]);
     if version != 0 {
-        return Err(ParseError::at(2 * size, ParseErrorKind::UnsupportedVersion(version)));
+        return Err(Failure::Parse(ParseError::at(
+            2 * size,
+            ParseErrorKind::UnsupportedVersion(version),
+        )));
     }
     let period_us = format.get(&bytes[3 * size..]);
     if period_us == 0 {
-        return Err(ParseError::at(3 * size, ParseErrorKind::ZeroPeriod));
+        return Err(Failure::Parse(ParseError::at(3 * size, ParseErrorKind::ZeroPeriod)));
     }
     Ok((format, header_len, period_us))
 }
@@ -552,6 +772,81 @@ mod tests {
         assert_eq!((visited, read.records, read.total), (1, 1, 5));
         assert_eq!(defect, Some(ParseError::at(80, ParseErrorKind::MissingTrailer)));
         assert!(read.maps.entries.is_empty());
+    }
+
+    /// The records a scan visited (offset, count, program counters) and its outcome.
+    type Seen = (Vec<(usize, u64, Vec<u64>)>, String);
+
+    /// What `scan` and `scan_from` see of `bytes`.
+    fn both_ways(bytes: &[u8]) -> [Seen; 2] {
+        let describe = |read: Result<(Scan, Option<ParseError>), ParseError>| match read {
+            Ok((scan, defect)) => {
+                format!(
+                    "{} {} {} {} {:?}",
+                    scan.format,
+                    scan.period_us,
+                    scan.records,
+                    scan.total,
+                    defect.map(|d| d.to_string())
+                ) + &format!(" maps {}", scan.maps.entries.len())
+            }
+            Err(e) => e.to_string(),
+        };
+        let mut whole = Vec::new();
+        let read = scan(bytes, |r| whole.push((r.offset, r.count, r.pcs().collect())));
+        let whole = (whole, describe(read));
+        let mut streamed = Vec::new();
+        let read = scan_from(std::io::Cursor::new(bytes), |r| {
+            streamed.push((r.offset, r.count, r.pcs().collect()))
+        })
+        .unwrap();
+        [whole, (streamed, describe(read))]
+    }
+
+    #[test]
+    fn reading_through_a_stream_sees_what_the_slice_shows_at_every_cut() {
+        for format in [SlotFormat::LE64, SlotFormat::BE64, SlotFormat::LE32, SlotFormat::BE32] {
+            let full = sample_profile(format);
+            for cut in 0..=full.len() {
+                let [whole, streamed] = both_ways(&full[..cut]);
+                assert_eq!(whole, streamed, "{format} cut at {cut}");
+            }
+            let parsed = Profile::parse_lenient(&full).unwrap().0;
+            let streamed = Profile::parse_from(std::io::Cursor::new(&full)).unwrap().unwrap();
+            assert_eq!(parsed.samples, streamed.samples);
+            assert_eq!(parsed.maps.entries.len(), streamed.maps.entries.len());
+        }
+    }
+
+    #[test]
+    fn a_stream_longer_than_the_window_reads_alike() {
+        let mut w = ProfileWriter::new(Vec::new(), SlotFormat::LE64, 10000).unwrap();
+        for i in 0..100_000u64 {
+            let depth = 1 + (i % 37) as usize;
+            let pcs: Vec<u64> = (0..depth as u64).map(|j| 0x1000 + i * 64 + j).collect();
+            w.write_record(1 + i % 5, &pcs).unwrap();
+        }
+        // One record longer than the window.
+        let deep: Vec<u64> = (1..=300_000u64).collect();
+        w.write_record(2, &deep).unwrap();
+        let bytes = w.finish(MAPS).unwrap();
+        assert!(bytes.len() > 3 * WINDOW);
+        let [whole, streamed] = both_ways(&bytes);
+        assert_eq!(whole, streamed);
+        let cut = &bytes[..bytes.len() - MAPS.len() - 100];
+        let [whole, streamed] = both_ways(cut);
+        assert_eq!(whole, streamed);
+    }
+
+    #[test]
+    fn a_crafted_depth_is_judged_without_reading_the_rest() {
+        let mut bytes = sample_profile(SlotFormat::LE64)[..40].to_vec();
+        bytes.extend_from_slice(&1u64.to_le_bytes());
+        bytes.extend_from_slice(&(1u64 << 60).to_le_bytes());
+        bytes.extend_from_slice(&[7; 4096]);
+        let [whole, streamed] = both_ways(&bytes);
+        assert_eq!(whole, streamed);
+        assert!(whole.1.contains("only 512 slots remain"), "{}", whole.1);
     }
 
     #[test]

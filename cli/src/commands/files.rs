@@ -7,7 +7,6 @@ use crate::model::merge as merging;
 use crate::render::progress::Progress;
 use crate::render::text;
 use crate::symbols::Locator;
-use cpuprof::format::Profile;
 
 pub fn merge(a: MergeArgs) -> Result<u8> {
     let locator: Locator = a.symbols.into();
@@ -34,8 +33,10 @@ pub fn db(a: DbArgs) -> Result<u8> {
 }
 
 pub fn dump(a: DumpArgs) -> Result<u8> {
-    let bytes = input::read_bytes(&a.file)?;
-    let (profile, defect) = Profile::parse_lenient(&bytes).map_err(|e| format!("{}: {e}", a.file.display()))?;
+    let source = input::Source::open(&a.file)?;
+    let (profile, defect) = source
+        .parse_lenient()?
+        .map_err(|e| format!("{}: {e}", a.file.display()))?;
     print!("{}", text::dump(&profile));
     match defect {
         Some(e) => Err(format!("{}: {e}", a.file.display()).into()),
@@ -45,26 +46,25 @@ pub fn dump(a: DumpArgs) -> Result<u8> {
 
 pub fn check(a: CheckArgs) -> Result<u8> {
     let file = &a.file;
-    let bytes = input::read_bytes(file)?;
-    let profile = Profile::parse(&bytes).map_err(|e| {
+    let summary = input::raw::summary(&input::Source::open(file)?)?.map_err(|(e, read)| {
         // A cut-short file is still a defect here, but the other commands read it.
-        let readable = match Profile::parse_lenient(&bytes) {
-            Ok((p, _)) if p.records > 0 => format!(
+        let readable = match read {
+            Some(read) if read.records > 0 => format!(
                 "; top, collapse, convert, flamegraph, merge and diff read the {} records ({} samples) before it",
-                p.records,
-                p.total_samples()
+                read.records, read.total
             ),
             _ => String::new(),
         };
         format!("{}: {e}{readable}", file.display())
     })?;
+    let profile = &summary.scan;
     let contents = format!(
         "{} profile, period {} us, {} records, {} distinct stacks, {} samples, {} mappings",
         profile.format,
         profile.period_us,
         profile.records,
-        profile.samples.len(),
-        profile.total_samples(),
+        summary.distinct,
+        profile.total,
         profile.maps.entries.len()
     );
     // A wall-clock profile whose sampler could not see most threads' state is readable but

@@ -43,8 +43,8 @@ pub fn list(a: ListArgs) -> Result<u8> {
 
 pub fn collapse(a: CollapseArgs) -> Result<u8> {
     let locator: Locator = a.symbols.into();
-    let (file, bytes) = input::file_or_db(a.file, a.db.db.as_deref(), &a.db.selection, &locator)?;
-    let stacks = input::raw_stacks(&file, &bytes, &locator, &a.filters)?;
+    let (file, source) = input::file_or_db(a.file, a.db.db.as_deref(), &a.db.selection, &locator)?;
+    let stacks = input::raw_stacks(&file, &source, &locator, &a.filters)?;
     let mut folded = stacks.folded().join("\n");
     folded.push('\n');
     match a.output {
@@ -59,7 +59,7 @@ pub fn flamegraph(a: FlamegraphArgs) -> Result<u8> {
     let stacks = match &a.db.db {
         Some(dir) => {
             let (name, bytes) = input::db::merged_selection(dir, &a.db.selection, &locator)?;
-            input::raw_stacks(&name, &bytes, &locator, &a.filters)?
+            input::raw_stacks(&name, &input::Source::bytes(&bytes), &locator, &a.filters)?
         }
         None => input::read_stacks(&input::given(a.file)?, &locator, &a.filters)?,
     };
@@ -73,8 +73,13 @@ pub fn convert(a: ConvertArgs) -> Result<u8> {
     if let (Some(dir), Target::Dcpi) = (&a.db.db, a.target) {
         return db_to_dcpi(dir, &a.db.selection, &locator, &a.filters, &a.output);
     }
-    let (file, bytes) = input::file_or_db(a.file, a.db.db.as_deref(), &a.db.selection, &locator)?;
-    let mut profile = raw::read(&file, &bytes, &locator)?;
+    let (file, source) = input::file_or_db(a.file, a.db.db.as_deref(), &a.db.selection, &locator)?;
+    if let (Target::Pprof, false) = (a.target, a.filters.active()) {
+        let outline = raw::outline_source(&file, &source, &locator)?;
+        pprof::write_source(&source, &outline, &locator, &a.output)?;
+        return Ok(0);
+    }
+    let mut profile = raw::read_source(&file, &source, &locator)?;
     if a.filters.active() {
         profile = filters::profile(&profile, &locator, &a.filters);
     }

@@ -212,9 +212,7 @@ fn name_of(path: &Path) -> Option<String> {
 pub fn read_all(entries: &[Entry], locator: &Locator) -> Vec<(String, Profile)> {
     let mut out = Vec::new();
     for e in entries {
-        let read = std::fs::read(&e.path)
-            .map_err(|err| format!("cannot read {}: {err}", e.path.display()))
-            .and_then(|bytes| crate::input::raw::read(&e.path, &bytes, locator));
+        let read = crate::input::raw::read_file(&e.path, locator);
         match read {
             Ok(profile) => out.push((e.path.display().to_string(), profile)),
             Err(err) => eprintln!("cpuprof: skipping {err}"),

@@ -12,7 +12,8 @@ use crate::model::filters::Filters;
 use crate::model::stacks::{Functions, Stacks};
 use crate::render::progress::Progress;
 use crate::symbols::Locator;
-use cpuprof::format::Profile;
+use cpuprof::format::{scan, scan_from, ParseError, Profile, Record, Scan};
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 /// FILE, which clap requires when --db is absent.
@@ -24,9 +25,97 @@ pub fn read_bytes(file: &Path) -> Result<Vec<u8>, String> {
     std::fs::read(file).map_err(|e| format!("cannot read {}: {e}", file.display()))
 }
 
+fn cannot_read(file: &Path, e: std::io::Error) -> String {
+    format!("cannot read {}: {e}", file.display())
+}
+
+/// A raw profile to read in passes (the maps a reader needs first are at the end of the
+/// file): a regular file, opened again for each pass and read through a window of about a
+/// megabyte, never whole; or bytes already in memory (a database's selection, merged; a pipe
+/// or a device, which cannot be read twice, read whole as before).
+pub enum Source<'a> {
+    File(PathBuf),
+    Bytes(Cow<'a, [u8]>),
+}
+
+impl<'a> Source<'a> {
+    /// `file` as a source: named if it is a regular file, else read whole.
+    pub fn open(file: &Path) -> Result<Source<'static>, String> {
+        let meta = std::fs::metadata(file).map_err(|e| cannot_read(file, e))?;
+        if meta.is_file() {
+            Ok(Source::File(file.to_path_buf()))
+        } else {
+            Ok(Source::Bytes(Cow::Owned(read_bytes(file)?)))
+        }
+    }
+
+    pub fn bytes(bytes: &'a [u8]) -> Source<'a> {
+        Source::Bytes(Cow::Borrowed(bytes))
+    }
+
+    /// Opens the file for a pass.
+    fn file(path: &Path) -> Result<std::fs::File, String> {
+        std::fs::File::open(path).map_err(|e| cannot_read(path, e))
+    }
+
+    /// The size of the profile, in bytes.
+    pub fn len(&self) -> Result<u64, String> {
+        match self {
+            Source::File(path) => Ok(Self::file(path)?.metadata().map_err(|e| cannot_read(path, e))?.len()),
+            Source::Bytes(bytes) => Ok(bytes.len() as u64),
+        }
+    }
+
+    /// Up to `n` bytes from `offset` (fewer where the profile ends).
+    pub fn read_at(&self, offset: u64, n: usize) -> Result<Vec<u8>, String> {
+        match self {
+            Source::File(path) => {
+                use std::io::{Read, Seek};
+                let mut file = Self::file(path)?;
+                let mut out = Vec::with_capacity(n);
+                file.seek(std::io::SeekFrom::Start(offset))
+                    .and_then(|_| file.take(n as u64).read_to_end(&mut out))
+                    .map_err(|e| cannot_read(path, e))?;
+                Ok(out)
+            }
+            Source::Bytes(bytes) => {
+                let start = (offset as usize).min(bytes.len());
+                Ok(bytes[start..(start + n).min(bytes.len())].to_vec())
+            }
+        }
+    }
+
+    /// The whole profile in memory (for DCPI profiles, which are read whole).
+    pub fn whole(&self) -> Result<Cow<'_, [u8]>, String> {
+        match self {
+            Source::File(path) => Ok(Cow::Owned(read_bytes(path)?)),
+            Source::Bytes(bytes) => Ok(Cow::Borrowed(bytes)),
+        }
+    }
+
+    /// One pass of [`cpuprof::format::scan()`] over the records.
+    pub fn scan(
+        &self,
+        visit: impl FnMut(Record<'_>),
+    ) -> Result<Result<(Scan, Option<ParseError>), ParseError>, String> {
+        match self {
+            Source::File(path) => scan_from(Self::file(path)?, visit).map_err(|e| cannot_read(path, e)),
+            Source::Bytes(bytes) => Ok(scan(bytes, visit)),
+        }
+    }
+
+    /// [`Profile::parse_lenient`] of the profile.
+    pub fn parse_lenient(&self) -> Result<Result<(Profile, Option<ParseError>), ParseError>, String> {
+        match self {
+            Source::File(path) => Profile::parse_lenient_from(Self::file(path)?).map_err(|e| cannot_read(path, e)),
+            Source::Bytes(bytes) => Ok(Profile::parse_lenient(bytes)),
+        }
+    }
+}
+
 /// A raw profile; one cut short is read up to the cut, with a warning (see [`raw`]).
 pub fn read_profile(file: &Path, locator: &Locator) -> Result<Profile, String> {
-    raw::read(file, &read_bytes(file)?, locator)
+    raw::read_source(file, &Source::open(file)?, locator)
 }
 
 /// Samples per function of a raw profile (summed as it is read: no chain is kept), a DCPI
@@ -35,13 +124,18 @@ pub fn read_functions(file: &Path, locator: &Locator, filters: &Filters) -> Resu
     if file.is_dir() {
         return Ok(read_stacks(file, locator, filters)?.functions());
     }
-    let bytes = read_bytes(file)?;
-    if dcpi::is_dcpi(&bytes) {
-        let profile = dcpi::parse(&bytes).map_err(|e| format!("{}: {e}", file.display()))?;
+    let source = Source::open(file)?;
+    if is_dcpi(&source)? {
+        let profile = dcpi::parse(&source.whole()?).map_err(|e| format!("{}: {e}", file.display()))?;
         return Ok(dcpi::stacks(&[profile], locator).filter(filters).functions());
     }
-    let outline = raw::outline(file, &bytes, locator)?;
-    Ok(Functions::read(&bytes, &outline, locator, filters))
+    let outline = raw::outline_source(file, &source, locator)?;
+    Functions::read_source(&source, &outline, locator, filters)
+}
+
+/// Whether `source` is a DCPI profile (which starts with `version`) rather than a raw one.
+fn is_dcpi(source: &Source) -> Result<bool, String> {
+    Ok(dcpi::is_dcpi(&source.read_at(0, 7)?))
 }
 
 /// A raw profile, a DCPI profile, or a directory of DCPI profiles, symbolised, as `filters`
@@ -60,35 +154,38 @@ pub fn read_stacks(file: &Path, locator: &Locator, filters: &Filters) -> Result<
         }
         return Ok(dcpi::stacks(&profiles, locator).filter(filters));
     }
-    let bytes = read_bytes(file)?;
-    if dcpi::is_dcpi(&bytes) {
-        let profile = dcpi::parse(&bytes).map_err(|e| format!("{}: {e}", file.display()))?;
+    let source = Source::open(file)?;
+    if is_dcpi(&source)? {
+        let profile = dcpi::parse(&source.whole()?).map_err(|e| format!("{}: {e}", file.display()))?;
         return Ok(dcpi::stacks(&[profile], locator).filter(filters));
     }
-    raw_stacks(file, &bytes, locator, filters)
+    raw_stacks(file, &source, locator, filters)
 }
 
-/// The raw profile in `bytes`, read from `file`, symbolised as it is read: one pass finds the
+/// The raw profile `source`, read from `file`, symbolised as it is read: one pass finds the
 /// maps at the end (and judges a cut), a second aggregates the records; none is kept.
-pub fn raw_stacks(file: &Path, bytes: &[u8], locator: &Locator, filters: &Filters) -> Result<Stacks, String> {
-    let outline = raw::outline(file, bytes, locator)?;
-    Ok(Stacks::read(bytes, &outline, locator, filters))
+pub fn raw_stacks(file: &Path, source: &Source, locator: &Locator, filters: &Filters) -> Result<Stacks, String> {
+    let outline = raw::outline_source(file, source, locator)?;
+    Stacks::read_source(source, &outline, locator, filters)
 }
 
-/// A file given on the command line, or the whole selection of `--db DIR` summed (with a
-/// name for it in messages).
+/// A file given on the command line (not read yet), or the whole selection of `--db DIR`
+/// summed (with a name for it in messages).
 pub fn file_or_db(
     file: Option<PathBuf>,
     db: Option<&Path>,
     selection: &db::Selection,
     locator: &Locator,
-) -> Result<(PathBuf, Vec<u8>), String> {
+) -> Result<(PathBuf, Source<'static>), String> {
     match db {
-        Some(dir) => db::merged_selection(dir, selection, locator),
+        Some(dir) => {
+            let (name, bytes) = db::merged_selection(dir, selection, locator)?;
+            Ok((name, Source::Bytes(Cow::Owned(bytes))))
+        }
         None => {
             let file = given(file)?;
-            let bytes = read_bytes(&file)?;
-            Ok((file, bytes))
+            let source = Source::open(&file)?;
+            Ok((file, source))
         }
     }
 }

@@ -10,10 +10,12 @@
 //! the return addresses that follow a direct call in the executable all agree on one load
 //! address, which a wrong binary or a wrong guess do not (see [`place`]).
 
+use crate::input::Source;
 use crate::symbols::{open_regular, Locator};
-use cpuprof::format::{scan, MapEntry, Maps, ParseError, ParseErrorKind, Profile, Scan};
+use cpuprof::format::{FastHash, MapEntry, Maps, ParseError, ParseErrorKind, Profile, ReadContext, Scan};
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 use std::collections::{HashMap, HashSet};
+use std::hash::BuildHasher;
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -32,8 +34,20 @@ const PAGE: u64 = 4096;
 /// warning on stderr. Damage that is not a cut (a zero count in the middle, a depth no stack
 /// has) stays an error, as does a bad header.
 pub fn read(file: &Path, bytes: &[u8], locator: &Locator) -> Result<Profile, String> {
-    not_empty(file, bytes)?;
-    let (mut profile, defect) = Profile::parse_lenient(bytes).map_err(|e| format!("{}: {e}", file.display()))?;
+    read_source(file, &Source::bytes(bytes), locator)
+}
+
+/// [`read`] of a profile in a file (not read into memory: see [`Source`]).
+pub fn read_file(file: &Path, locator: &Locator) -> Result<Profile, String> {
+    read_source(file, &Source::open(file)?, locator)
+}
+
+/// [`read`] of `source`, named `file`.
+pub fn read_source(file: &Path, source: &Source, locator: &Locator) -> Result<Profile, String> {
+    not_empty(file, source)?;
+    let (mut profile, defect) = source
+        .parse_lenient()?
+        .map_err(|e| format!("{}: {e}", file.display()))?;
     let mut outline = Scan {
         format: profile.format,
         period_us: profile.period_us,
@@ -41,7 +55,7 @@ pub fn read(file: &Path, bytes: &[u8], locator: &Locator) -> Result<Profile, Str
         total: profile.total_samples(),
         maps: std::mem::take(&mut profile.maps),
     };
-    complete(file, bytes, locator, &mut outline, defect)?;
+    complete(file, source, locator, &mut outline, defect)?;
     profile.maps = outline.maps;
     Ok(profile)
 }
@@ -50,14 +64,130 @@ pub fn read(file: &Path, bytes: &[u8], locator: &Locator) -> Result<Profile, Str
 /// them: what a reader that then aggregates the records as it reads them needs (the period,
 /// how many records, and the maps, rebuilt if missing).
 pub fn outline(file: &Path, bytes: &[u8], locator: &Locator) -> Result<Scan, String> {
-    not_empty(file, bytes)?;
-    let (mut outline, defect) = scan(bytes, |_| {}).map_err(|e| format!("{}: {e}", file.display()))?;
-    complete(file, bytes, locator, &mut outline, defect)?;
+    outline_source(file, &Source::bytes(bytes), locator)
+}
+
+/// [`outline`] of `source`, named `file`.
+pub fn outline_source(file: &Path, source: &Source, locator: &Locator) -> Result<Scan, String> {
+    not_empty(file, source)?;
+    let (mut outline, defect) = source.scan(|_| {})?.map_err(|e| format!("{}: {e}", file.display()))?;
+    complete(file, source, locator, &mut outline, defect)?;
     Ok(outline)
 }
 
-fn not_empty(file: &Path, bytes: &[u8]) -> Result<(), String> {
-    if bytes.is_empty() {
+/// What `check` says of a raw profile: what one pass over it found (the maps at the end,
+/// or the defect that ended it) and how many distinct chains (per thread and state, in a
+/// wall-clock profile) its records hold, counted as [`Profile::parse`] merges them but without
+/// building the profile: each distinct chain is kept once, as slots in one array.
+pub struct Summary {
+    pub scan: Scan,
+    pub distinct: usize,
+}
+
+/// [`Summary`] of `source`: `Ok(Err(..))` when it is not a complete profile, with what the
+/// records before the defect held (none for a bad header). `Err` only when it cannot be read.
+#[allow(clippy::type_complexity)]
+pub fn summary(source: &Source) -> Result<Result<Summary, (ParseError, Option<Scan>)>, String> {
+    let mut chains = ChainSet::default();
+    let mut pcs = Vec::new();
+    let (read, defect) = match source.scan(|record| {
+        record.pcs_into(&mut pcs);
+        chains.insert(&pcs);
+    })? {
+        Ok(read) => read,
+        Err(e) => return Ok(Err((e, None))),
+    };
+    if let Some(e) = defect {
+        return Ok(Err((e, Some(read))));
+    }
+    if !read.maps.contexts.is_empty() {
+        // A wall-clock profile: chains are told apart by their context too (none is a
+        // context of its own), which a second pass can give them now the contexts are known.
+        chains = ChainSet::default();
+        let mut ids: HashMap<&ReadContext, u64> = HashMap::new();
+        let contexts = &read.maps.contexts;
+        let mut ordinal = 0;
+        let _ = source.scan(|record| {
+            pcs.clear();
+            pcs.push(match contexts.of(ordinal) {
+                Some(context) => {
+                    let next = ids.len() as u64 + 1;
+                    *ids.entry(context).or_insert(next)
+                }
+                None => 0,
+            });
+            ordinal += 1;
+            pcs.extend(record.pcs());
+            chains.insert(&pcs);
+        })?;
+    }
+    Ok(Ok(Summary {
+        distinct: chains.ends.len(),
+        scan: read,
+    }))
+}
+
+/// Distinct chains, each kept once: their slots one after another in `words`, where each
+/// ends in `ends`, and an open-addressing index of them at most half full (`u32::MAX` for an
+/// empty slot). About 12 bytes per chain besides its slots.
+#[derive(Default)]
+pub struct ChainSet {
+    words: Vec<u64>,
+    ends: Vec<usize>,
+    slots: Vec<u32>,
+    hash: FastHash,
+}
+
+impl ChainSet {
+    /// The `i`th distinct chain, in the order they were first added.
+    pub fn chain(&self, i: usize) -> &[u64] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.words[start..self.ends[i]]
+    }
+
+    fn slot_of(&self, chain: &[u64]) -> usize {
+        let mask = self.slots.len() - 1;
+        let mut at = self.hash.hash_one(chain) as usize & mask;
+        loop {
+            match self.slots[at] {
+                u32::MAX => return at,
+                i if self.chain(i as usize) == chain => return at,
+                _ => at = (at + 1) & mask,
+            }
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Drops the index: no chain will be added any more.
+    pub fn freeze(&mut self) {
+        self.slots = Vec::new();
+    }
+
+    /// Adds `chain` if it is new; returns its number.
+    pub fn insert(&mut self, chain: &[u64]) -> usize {
+        if 2 * (self.ends.len() + 1) > self.slots.len() {
+            let mut slots = vec![u32::MAX; (2 * self.slots.len()).max(1024)];
+            std::mem::swap(&mut slots, &mut self.slots);
+            for i in 0..self.ends.len() {
+                let at = self.slot_of(self.chain(i));
+                self.slots[at] = i as u32;
+            }
+        }
+        let at = self.slot_of(chain);
+        if self.slots[at] == u32::MAX {
+            self.slots[at] = self.ends.len() as u32;
+            self.words.extend_from_slice(chain);
+            self.ends.push(self.words.len());
+        }
+        self.slots[at] as usize
+    }
+}
+
+fn not_empty(file: &Path, source: &Source) -> Result<(), String> {
+    if source.len()? == 0 {
         return Err(format!(
             "{}: empty: the process ended before the profiler wrote anything (gperftools writes nothing until its 2 MiB buffer fills or it stops; cpuprof writes its first records after one second)",
             file.display()
@@ -66,27 +196,29 @@ fn not_empty(file: &Path, bytes: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
-/// Judges the defect that ended the reading of `bytes` (a cut is read up to it with a warning,
-/// other damage is an error) and rebuilds missing maps into `outline`.
+/// Judges the defect that ended the reading of `source` (a cut is read up to it with a
+/// warning, other damage is an error) and rebuilds missing maps into `outline`.
 fn complete(
     file: &Path,
-    bytes: &[u8],
+    source: &Source,
     locator: &Locator,
     outline: &mut Scan,
     defect: Option<ParseError>,
 ) -> Result<(), String> {
     let mut missing = Vec::new();
     if let Some(defect) = &defect {
-        let partial = bytes.len() - defect.offset;
         let last_record = match defect.kind {
             // Fewer than two slots after the last whole record: part of a count or depth.
             ParseErrorKind::MissingTrailer => {
+                let partial = source.read_at(defect.offset as u64, 2 * outline.format.size)?.len();
                 (partial > 0).then(|| format!("the end of the last record (only {partial} bytes of it are there)"))
             }
             ParseErrorKind::TruncatedRecord { depth, slots_left } if depth <= MAX_PLAUSIBLE_DEPTH => {
                 // Its count and depth are there; count 0 is the trailer itself, cut. A chain
                 // that is not whole is left out rather than charged to a stack without callers.
-                let count = outline.format.get(&bytes[defect.offset..]);
+                let count = outline
+                    .format
+                    .get(&source.read_at(defect.offset as u64, outline.format.size)?);
                 (count > 0).then(|| {
                     format!(
                         "the end of the last record ({slots_left} of its {depth} program counters are there; its {count} samples are not counted)"
@@ -113,7 +245,7 @@ fn complete(
     );
     // Without samples there are no addresses to place.
     if outline.maps.entries.is_empty() && outline.total > 0 {
-        match rebuild_maps(file, bytes, locator) {
+        match rebuild_maps(file, source, locator) {
             Ok((maps, how)) => {
                 outline.maps = maps;
                 warning.push_str(&format!(" {how}; shared libraries stay unsymbolised."));
@@ -139,7 +271,7 @@ fn join(items: &[String]) -> String {
 /// Maps for a profile that has none (its records are in `bytes`): the executable's segments
 /// where the stacks place them. Returns the maps and a sentence saying what was used; or why
 /// nothing was.
-fn rebuild_maps(file: &Path, bytes: &[u8], locator: &Locator) -> Result<(Maps, String), String> {
+fn rebuild_maps(file: &Path, source: &Source, locator: &Locator) -> Result<(Maps, String), String> {
     let (binary, named_by) = match locator.binaries.first() {
         Some(b) => (b.clone(), "given with --binary"),
         None => (
@@ -147,9 +279,9 @@ fn rebuild_maps(file: &Path, bytes: &[u8], locator: &Locator) -> Result<(Maps, S
             "found beside the profile",
         ),
     };
-    let (file_data, inode) = read_file(&binary)?;
+    let (file_data, inode) = read_executable(&binary)?;
     let elf = Elf::parse(&file_data).ok_or_else(|| format!("{} is not an ELF executable", binary.display()))?;
-    let bias = place(&elf, bytes).ok_or_else(|| {
+    let bias = place(&elf, source)?.ok_or_else(|| {
         format!(
             "The stacks do not fit {} ({named_by}): it is not the program that wrote this profile, or was rebuilt since",
             binary.display()
@@ -188,7 +320,7 @@ fn rebuild_maps(file: &Path, bytes: &[u8], locator: &Locator) -> Result<(Maps, S
     ))
 }
 
-fn read_file(path: &Path) -> Result<(Vec<u8>, u64), String> {
+fn read_executable(path: &Path) -> Result<(Vec<u8>, u64), String> {
     let (file, size, (_, inode)) = open_regular(path)?;
     let mut data = Vec::new();
     file.take(size)
@@ -290,10 +422,10 @@ impl Elf {
 /// addresses land just after direct calls of the executable: the bias most of them agree on,
 /// if at least [`MIN_AGREEING`] do (or every return address there is). A fixed-address
 /// executable has bias 0, which is checked the same way.
-fn place(elf: &Elf, bytes: &[u8]) -> Option<u64> {
+fn place(elf: &Elf, source: &Source) -> Result<Option<u64>, String> {
     let mut returns: HashSet<u64> = HashSet::new();
     // The records before the cut; the cut itself was judged by the caller.
-    let _ = scan(bytes, |record| returns.extend(record.pcs().skip(1)));
+    let _ = source.scan(|record| returns.extend(record.pcs().skip(1)))?;
     let mut votes: HashMap<u64, usize> = HashMap::new();
     if elf.position_independent {
         // A bias is page-aligned, so a return address and its link-time address share their
@@ -313,10 +445,13 @@ fn place(elf: &Elf, bytes: &[u8]) -> Option<u64> {
         let agreeing = returns.iter().filter(|ra| elf.call_returns.contains(ra)).count();
         votes.insert(0, agreeing);
     }
-    let (&bias, &count) = votes
+    let Some((&bias, &count)) = votes
         .iter()
-        .max_by_key(|&(&bias, &count)| (count, std::cmp::Reverse(bias)))?;
-    (count >= MIN_AGREEING.min(returns.len()).max(1)).then_some(bias)
+        .max_by_key(|&(&bias, &count)| (count, std::cmp::Reverse(bias)))
+    else {
+        return Ok(None);
+    };
+    Ok((count >= MIN_AGREEING.min(returns.len()).max(1)).then_some(bias))
 }
 
 #[cfg(test)]

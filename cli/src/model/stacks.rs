@@ -8,10 +8,11 @@
 //! chains summed through a fast hash. A record costs no allocation. The `--focus/--ignore/
 //! --hide/--show` filters apply to each chain before it is summed (see [`crate::model::filters`]).
 
+use crate::input::Source;
 use crate::model::filters::{Filtering, Filters};
 use crate::render::progress::Progress;
 use crate::symbols::{Locator, Symbolizer};
-use cpuprof::format::{scan, FastHash, Maps, Profile, ReadContext, Scan, StateKind};
+use cpuprof::format::{FastHash, Maps, Profile, ReadContext, Scan, StateKind};
 use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasher;
 
@@ -150,20 +151,20 @@ impl<'a> Addresses<'a> {
 /// (outermost caller first) and count as `filters` leave it. Records past a defect are not
 /// read, as that pass reported. Returns the samples the filters dropped.
 fn read_chains(
-    bytes: &[u8],
+    source: &Source,
     outline: &Scan,
     locator: &Locator,
     filters: &Filters,
     names: &mut NameTable,
     mut add: impl FnMut(&[u32], u64, Option<&ReadContext>),
-) -> u64 {
+) -> Result<u64, String> {
     let mut addresses = Addresses::new(&outline.maps, locator);
     let mut filtering = Filtering::new(filters);
     let mut progress = Progress::new("reading", outline.records);
     let (mut pcs, mut chain, mut done, mut removed) = (Vec::new(), Vec::new(), 0, 0u64);
-    // The bytes are those of the first pass: the outcome (the same records, up to the same
-    // defect) is already known.
-    let _ = scan(bytes, |record| {
+    // The outcome of this second pass (the same records, up to the same defect) is already
+    // known from the first.
+    let _ = source.scan(|record| {
         progress.update(done);
         let context = outline.maps.contexts.of(done as u64);
         done += 1;
@@ -173,8 +174,8 @@ fn read_chains(
             Some(kept) => add(kept, record.count, context),
             None => removed = removed.saturating_add(record.count),
         }
-    });
-    removed
+    })?;
+    Ok(removed)
 }
 
 /// Flat and cumulative samples per function, summed chain by chain.
@@ -236,13 +237,35 @@ impl Functions {
     /// Sums the records of the raw profile in `bytes` per function as they are read (see
     /// [`Stacks::read`] for `outline`), as `filters` leave them; no chain is kept.
     pub fn read(bytes: &[u8], outline: &Scan, locator: &Locator, filters: &Filters) -> Functions {
+        Self::read_source(&Source::bytes(bytes), outline, locator, filters).expect("bytes in memory are read whole")
+    }
+
+    /// [`Functions::read`] of `source` (a file is read again, through a window).
+    pub fn read_source(
+        source: &Source,
+        outline: &Scan,
+        locator: &Locator,
+        filters: &Filters,
+    ) -> Result<Functions, String> {
         let (mut names, mut tally) = (NameTable::default(), Tally::default());
-        let removed = read_chains(bytes, outline, locator, filters, &mut names, |chain, count, context| {
-            tally.add(chain, count, context)
-        });
+        let removed = read_chains(
+            source,
+            outline,
+            locator,
+            filters,
+            &mut names,
+            |chain, count, context| tally.add(chain, count, context),
+        )?;
         // Thread labels of a CPU profile say nothing of states: every sample is on the CPU.
         let has_states = !outline.maps.contexts.is_empty() && !outline.maps.contexts.cpu_profile;
-        Functions::new(outline.period_us, names, tally, removed, filters.active(), has_states)
+        Ok(Functions::new(
+            outline.period_us,
+            names,
+            tally,
+            removed,
+            filters.active(),
+            has_states,
+        ))
     }
 
     fn new(
@@ -291,15 +314,26 @@ impl Stacks {
     /// Reads the records of the raw profile in `bytes`, whose first pass (`cut_short::outline`)
     /// found `outline`: its period and its maps (perhaps rebuilt), as `filters` leave them.
     /// Records past a defect are not read, as that pass reported.
+    #[cfg(test)]
     pub fn read(bytes: &[u8], outline: &Scan, locator: &Locator, filters: &Filters) -> Stacks {
+        Self::read_source(&Source::bytes(bytes), outline, locator, filters).expect("bytes in memory are read whole")
+    }
+
+    /// [`Stacks::read`] of `source` (a file is read again, through a window).
+    pub fn read_source(
+        source: &Source,
+        outline: &Scan,
+        locator: &Locator,
+        filters: &Filters,
+    ) -> Result<Stacks, String> {
         let mut stacks = Stacks::new(outline.period_us);
         let mut names = std::mem::take(&mut stacks.names);
-        stacks.removed = read_chains(bytes, outline, locator, filters, &mut names, |chain, count, _| {
+        stacks.removed = read_chains(source, outline, locator, filters, &mut names, |chain, count, _| {
             stacks.add(chain, count)
-        });
+        })?;
         stacks.names = names;
         stacks.filtered = filters.active();
-        stacks
+        Ok(stacks)
     }
 
     /// These chains as `filters` leave them (for stacks not read by [`Stacks::read`]: parsed
@@ -474,6 +508,7 @@ impl Stacks {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cpuprof::format::scan;
 
     fn chains(stacks: &Stacks) -> Vec<(Vec<String>, u64)> {
         let mut out: Vec<(Vec<String>, u64)> = (0..stacks.chains.len())

@@ -1,13 +1,15 @@
 //! `convert --to pprof`: the profile as gzipped pprof protobuf, symbolised here (functions,
 //! files, lines, inlined frames) so readers need no access to the binaries.
 
+use crate::input::raw::ChainSet;
+use crate::input::Source;
 use crate::model::filters::Filters;
 use crate::render::progress::Progress;
 use crate::symbols::{BuildIds, Locator, Symbolizer};
-use cpuprof::format::pprof::Pprof;
-use cpuprof::format::Profile;
+use cpuprof::format::pprof::{Pprof, PprofWriter};
+use cpuprof::format::{Profile, ReadContext, Scan};
 use flate2::write::GzEncoder;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::Path;
 
@@ -32,6 +34,77 @@ pub fn encode(profile: &Profile, locator: &Locator, filters: &Filters) -> Pprof 
         },
         |path| build_ids.get(path).unwrap_or_default(),
     )
+}
+
+/// `convert --to pprof` without filters, of a raw profile read in passes (`outline` is what
+/// the first found): a second pass sums identical chains (each distinct chain kept once, as
+/// slots in one array), then each is written as it is named, straight into the gzip stream.
+/// The same bytes as [`encode`] then [`write`] of the whole profile.
+pub fn write_source(source: &Source, outline: &Scan, locator: &Locator, output: &Path) -> Result<(), String> {
+    let contexts = &outline.maps.contexts;
+    let with_contexts = !contexts.is_empty();
+    let (mut chains, mut counts) = (ChainSet::default(), Vec::new());
+    let mut context_ids: HashMap<&ReadContext, u64> = HashMap::new();
+    let mut context_list: Vec<&ReadContext> = Vec::new();
+    let (mut key, mut ordinal, mut any_context) = (Vec::new(), 0, false);
+    let _ = source.scan(|record| {
+        key.clear();
+        // As `Profile::parse` merges: within one context (none being one of its own).
+        if with_contexts {
+            key.push(match contexts.of(ordinal) {
+                Some(context) => {
+                    any_context = true;
+                    *context_ids.entry(context).or_insert_with(|| {
+                        context_list.push(context);
+                        context_list.len() as u64
+                    })
+                }
+                None => 0,
+            });
+            ordinal += 1;
+        }
+        key.extend(record.pcs());
+        let i = chains.insert(&key);
+        if i == counts.len() {
+            counts.push(record.count);
+        } else {
+            // No overflow: the first pass found the total fits in a u64.
+            counts[i] += record.count;
+        }
+    })?;
+    chains.freeze();
+    let maps = &outline.maps;
+    let wall = !contexts.cpu_profile && any_context;
+    let mut symbolizer = Symbolizer::new(locator.clone(), maps);
+    let mut build_ids = BuildIds::default();
+    let cannot_write = |e: std::io::Error| format!("cannot write {}: {e}", output.display());
+    let file = std::fs::File::create(output).map_err(|e| format!("cannot create {}: {e}", output.display()))?;
+    // Messages are small: the compressor is handed them in blocks.
+    let gz = std::io::BufWriter::with_capacity(
+        1 << 16,
+        GzEncoder::new(std::io::BufWriter::new(file), flate2::Compression::default()),
+    );
+    let mut writer = PprofWriter::new(gz, maps, outline.period_us, wall, |path| {
+        build_ids.get(path).unwrap_or_default()
+    })
+    .map_err(cannot_write)?;
+    let mut progress = Progress::new("symbolising addresses", chains.len());
+    for (i, &count) in counts.iter().enumerate() {
+        progress.update(i);
+        let (context, pcs) = match chains.chain(i) {
+            [tag, pcs @ ..] if with_contexts => (tag.checked_sub(1).map(|t| context_list[t as usize]), pcs),
+            pcs => (None, pcs),
+        };
+        writer
+            .sample(pcs, count, context, |addr| symbolizer.frames(maps, addr))
+            .map_err(cannot_write)?;
+    }
+    drop(progress);
+    writer
+        .finish()
+        .and_then(|gz| gz.into_inner().map_err(|e| e.into_error()))
+        .and_then(|gz| gz.finish()?.flush())
+        .map_err(cannot_write)
 }
 
 pub fn write(pprof: &Pprof, output: &Path) -> Result<(), String> {
