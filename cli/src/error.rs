@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 #[derive(Debug)]
 pub enum Error {
+    /// A file or directory that cannot be read.
+    Read { path: PathBuf, source: io::Error },
     /// A file or directory that cannot be created.
     Create { path: PathBuf, source: io::Error },
     /// A file that cannot be written.
@@ -22,6 +24,13 @@ pub enum Error {
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
+    pub fn read(path: &Path, source: io::Error) -> Error {
+        Error::Read {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
     pub fn create(path: &Path, source: io::Error) -> Error {
         Error::Create {
             path: path.to_path_buf(),
@@ -40,6 +49,7 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         match self {
+            Error::Read { path, source } => write!(f, "cannot read {}: {source}", path.display()),
             Error::Create { path, source } => write!(f, "cannot create {}: {source}", path.display()),
             Error::Write { path, source } => write!(f, "cannot write {}: {source}", path.display()),
             Error::Input(message) => f.write_str(message),
@@ -51,7 +61,7 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Create { source, .. } | Error::Write { source, .. } => Some(source),
+            Error::Read { source, .. } | Error::Create { source, .. } | Error::Write { source, .. } => Some(source),
             Error::Input(_) | Error::Usage(_) => None,
         }
     }

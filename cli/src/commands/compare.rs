@@ -33,7 +33,7 @@ pub fn diff(a: DiffArgs) -> Result<u8> {
             tick_us,
         )
     };
-    let summary = |path: &Path, units: f64| -> std::result::Result<diffing::Summary, String> {
+    let summary = |path: &Path, units: f64| -> Result<diffing::Summary> {
         Ok(seen(&input::read_profile(path, &locator)?, units))
     };
     let report = match a.history {

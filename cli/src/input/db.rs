@@ -11,6 +11,7 @@
 //! Processes of one program in one epoch are summed as `merge` sums them (addresses translated
 //! through each process's maps), and so are epochs when a range is read as one profile.
 
+use crate::error::Result;
 use crate::symbols::Locator;
 use cpuprof::format::database::{parse_epoch_name, parse_file_name, FileKind};
 use cpuprof::format::Profile;
@@ -43,7 +44,7 @@ const TEMPLATE: &str = "00000101T000000Z";
 
 /// A --from/--until bound: an epoch name, separators allowed, trailing fields left out as zero,
 /// milliseconds allowed (`20261123T080000.250Z`).
-fn time_bound(text: &str) -> Result<SystemTime, String> {
+fn time_bound(text: &str) -> std::result::Result<SystemTime, String> {
     let compact: String = text.chars().filter(|c| !matches!(c, '-' | ':')).collect();
     let compact = compact.strip_suffix('Z').unwrap_or(&compact);
     let (whole, millis) = compact.split_once('.').unwrap_or((compact, ""));
@@ -93,7 +94,7 @@ pub struct Database {
 
 impl Database {
     /// Lists `dir`. Names that are neither epochs nor profiles are reported once and skipped.
-    pub fn open(dir: &Path) -> Result<Database, String> {
+    pub fn open(dir: &Path) -> Result<Database> {
         let mut entries = Vec::new();
         for epoch_dir in crate::input::sorted_entries(dir)? {
             let Some(epoch) = name_of(&epoch_dir) else { continue };
@@ -158,20 +159,21 @@ impl Database {
 
     /// The selected program's files, by epoch in time order: `--program`, or the only program
     /// there is.
-    pub fn select(&self, selection: &Selection) -> Result<(String, Vec<EpochFiles>), String> {
+    pub fn select(&self, selection: &Selection) -> Result<(String, Vec<EpochFiles>)> {
         let program = match &selection.program {
             Some(p) => p.clone(),
             None => {
                 let programs = self.programs();
                 match programs.len() {
                     1 => programs.first().unwrap().to_string(),
-                    0 => return Err(format!("{}: no profiles in this database", self.dir.display())),
+                    0 => return Err(format!("{}: no profiles in this database", self.dir.display()).into()),
                     _ => {
                         return Err(format!(
                             "{} holds several programs ({}): choose one with --program",
                             self.dir.display(),
                             programs.into_iter().collect::<Vec<_>>().join(", ")
-                        ))
+                        )
+                        .into())
                     }
                 }
             }
@@ -195,10 +197,7 @@ impl Database {
             }
         }
         if epochs.is_empty() {
-            return Err(format!(
-                "{}: no epoch of {program} in the selection",
-                self.dir.display()
-            ));
+            return Err(format!("{}: no epoch of {program} in the selection", self.dir.display()).into());
         }
         Ok((program, epochs))
     }
@@ -223,7 +222,7 @@ pub fn read_all(entries: &[Entry], locator: &Locator) -> Vec<(String, Profile)> 
 
 /// The readable profiles of `entries` summed into one raw profile, as `merge` writes it; None
 /// when none could be read.
-pub fn merged(entries: &[Entry], locator: &Locator) -> Result<Option<Vec<u8>>, String> {
+pub fn merged(entries: &[Entry], locator: &Locator) -> Result<Option<Vec<u8>>> {
     let profiles = read_all(entries, locator);
     if profiles.is_empty() {
         return Ok(None);
@@ -232,7 +231,7 @@ pub fn merged(entries: &[Entry], locator: &Locator) -> Result<Option<Vec<u8>>, S
 }
 
 /// The whole selection as one raw profile, and a name for it in messages.
-pub fn merged_selection(dir: &Path, selection: &Selection, locator: &Locator) -> Result<(PathBuf, Vec<u8>), String> {
+pub fn merged_selection(dir: &Path, selection: &Selection, locator: &Locator) -> Result<(PathBuf, Vec<u8>)> {
     let db = Database::open(dir)?;
     let (program, epochs) = db.select(selection)?;
     let entries: Vec<Entry> = epochs.into_iter().flat_map(|(_, group)| group).collect();
@@ -243,7 +242,7 @@ pub fn merged_selection(dir: &Path, selection: &Selection, locator: &Locator) ->
 
 /// `cpuprof db DIR`: every program with its epochs, processes, samples and time span, then
 /// every epoch. Unreadable files are reported on stderr and counted.
-pub fn listing(dir: &Path, locator: &Locator) -> Result<String, String> {
+pub fn listing(dir: &Path, locator: &Locator) -> Result<String> {
     let db = Database::open(dir)?;
     #[derive(Default)]
     struct Line {

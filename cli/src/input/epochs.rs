@@ -3,6 +3,7 @@
 //! `convert --db --to dcpi` read.
 
 use super::db::{self, Database, Selection};
+use crate::error::Result;
 use crate::symbols::Locator;
 use cpuprof::format::database::{parse_file_name, FileKind};
 use cpuprof::format::Profile;
@@ -15,8 +16,8 @@ pub fn for_each(
     database: &Database,
     selection: &Selection,
     locator: &Locator,
-    each: &mut dyn FnMut(&str, usize, Profile) -> Result<(), String>,
-) -> Result<String, String> {
+    each: &mut dyn FnMut(&str, usize, Profile) -> Result<()>,
+) -> Result<String> {
     let (program, epochs) = database.select(selection)?;
     for (name, entries) in &epochs {
         match db::merged(entries, locator)? {
@@ -39,7 +40,7 @@ pub fn history<T>(
     new: &Path,
     locator: &Locator,
     read: &dyn Fn(&str, usize, &Profile) -> T,
-) -> Result<Vec<T>, String> {
+) -> Result<Vec<T>> {
     let database = Database::open(dir)?;
     let mut past = Vec::new();
     let program = for_each(
@@ -56,7 +57,8 @@ pub fn history<T>(
             "{}: a history needs at least two epochs of {program}, found {}",
             dir.display(),
             past.len()
-        ));
+        )
+        .into());
     }
     Ok(past)
 }

@@ -3,6 +3,7 @@
 //! ([`dcpi`]), a profile database ([`db`], its epochs summed by [`epochs`]), or a directory
 //! of earlier profiles taken as a history ([`read_history`]).
 
+use crate::error::{Error, Result};
 pub mod db;
 pub mod dcpi;
 pub mod epochs;
@@ -17,16 +18,12 @@ use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 /// FILE, which clap requires when --db is absent.
-pub fn given(file: Option<PathBuf>) -> Result<PathBuf, String> {
-    file.ok_or_else(|| "a FILE or --db DIR is needed".to_string())
+pub fn given(file: Option<PathBuf>) -> Result<PathBuf> {
+    file.ok_or(Error::Usage("a FILE or --db DIR is needed"))
 }
 
-pub fn read_bytes(file: &Path) -> Result<Vec<u8>, String> {
-    std::fs::read(file).map_err(|e| format!("cannot read {}: {e}", file.display()))
-}
-
-fn cannot_read(file: &Path, e: std::io::Error) -> String {
-    format!("cannot read {}: {e}", file.display())
+pub fn read_bytes(file: &Path) -> Result<Vec<u8>> {
+    std::fs::read(file).map_err(|e| Error::read(file, e))
 }
 
 /// A raw profile to read in passes (the maps a reader needs first are at the end of the
@@ -40,8 +37,8 @@ pub enum Source<'a> {
 
 impl<'a> Source<'a> {
     /// `file` as a source: named if it is a regular file, else read whole.
-    pub fn open(file: &Path) -> Result<Source<'static>, String> {
-        let meta = std::fs::metadata(file).map_err(|e| cannot_read(file, e))?;
+    pub fn open(file: &Path) -> Result<Source<'static>> {
+        let meta = std::fs::metadata(file).map_err(|e| Error::read(file, e))?;
         if meta.is_file() {
             Ok(Source::File(file.to_path_buf()))
         } else {
@@ -54,20 +51,20 @@ impl<'a> Source<'a> {
     }
 
     /// Opens the file for a pass.
-    fn file(path: &Path) -> Result<std::fs::File, String> {
-        std::fs::File::open(path).map_err(|e| cannot_read(path, e))
+    fn file(path: &Path) -> Result<std::fs::File> {
+        std::fs::File::open(path).map_err(|e| Error::read(path, e))
     }
 
     /// The size of the profile, in bytes.
-    pub fn len(&self) -> Result<u64, String> {
+    pub fn len(&self) -> Result<u64> {
         match self {
-            Source::File(path) => Ok(Self::file(path)?.metadata().map_err(|e| cannot_read(path, e))?.len()),
+            Source::File(path) => Ok(Self::file(path)?.metadata().map_err(|e| Error::read(path, e))?.len()),
             Source::Bytes(bytes) => Ok(bytes.len() as u64),
         }
     }
 
     /// Up to `n` bytes from `offset` (fewer where the profile ends).
-    pub fn read_at(&self, offset: u64, n: usize) -> Result<Vec<u8>, String> {
+    pub fn read_at(&self, offset: u64, n: usize) -> Result<Vec<u8>> {
         match self {
             Source::File(path) => {
                 use std::io::{Read, Seek};
@@ -75,7 +72,7 @@ impl<'a> Source<'a> {
                 let mut out = Vec::with_capacity(n);
                 file.seek(std::io::SeekFrom::Start(offset))
                     .and_then(|_| file.take(n as u64).read_to_end(&mut out))
-                    .map_err(|e| cannot_read(path, e))?;
+                    .map_err(|e| Error::read(path, e))?;
                 Ok(out)
             }
             Source::Bytes(bytes) => {
@@ -86,7 +83,7 @@ impl<'a> Source<'a> {
     }
 
     /// The whole profile in memory (for DCPI profiles, which are read whole).
-    pub fn whole(&self) -> Result<Cow<'_, [u8]>, String> {
+    pub fn whole(&self) -> Result<Cow<'_, [u8]>> {
         match self {
             Source::File(path) => Ok(Cow::Owned(read_bytes(path)?)),
             Source::Bytes(bytes) => Ok(Cow::Borrowed(bytes)),
@@ -97,30 +94,30 @@ impl<'a> Source<'a> {
     pub fn scan(
         &self,
         visit: impl FnMut(Record<'_>),
-    ) -> Result<Result<(Scan, Option<ParseError>), ParseError>, String> {
+    ) -> Result<std::result::Result<(Scan, Option<ParseError>), ParseError>> {
         match self {
-            Source::File(path) => scan_from(Self::file(path)?, visit).map_err(|e| cannot_read(path, e)),
+            Source::File(path) => scan_from(Self::file(path)?, visit).map_err(|e| Error::read(path, e)),
             Source::Bytes(bytes) => Ok(scan(bytes, visit)),
         }
     }
 
     /// [`Profile::parse_lenient`] of the profile.
-    pub fn parse_lenient(&self) -> Result<Result<(Profile, Option<ParseError>), ParseError>, String> {
+    pub fn parse_lenient(&self) -> Result<std::result::Result<(Profile, Option<ParseError>), ParseError>> {
         match self {
-            Source::File(path) => Profile::parse_lenient_from(Self::file(path)?).map_err(|e| cannot_read(path, e)),
+            Source::File(path) => Profile::parse_lenient_from(Self::file(path)?).map_err(|e| Error::read(path, e)),
             Source::Bytes(bytes) => Ok(Profile::parse_lenient(bytes)),
         }
     }
 }
 
 /// A raw profile; one cut short is read up to the cut, with a warning (see [`raw`]).
-pub fn read_profile(file: &Path, locator: &Locator) -> Result<Profile, String> {
+pub fn read_profile(file: &Path, locator: &Locator) -> Result<Profile> {
     raw::read_source(file, &Source::open(file)?, locator)
 }
 
 /// Samples per function of a raw profile (summed as it is read: no chain is kept), a DCPI
 /// profile, or a directory of DCPI profiles.
-pub fn read_functions(file: &Path, locator: &Locator, filters: &Filters) -> Result<Functions, String> {
+pub fn read_functions(file: &Path, locator: &Locator, filters: &Filters) -> Result<Functions> {
     if file.is_dir() {
         return Ok(read_stacks(file, locator, filters)?.functions());
     }
@@ -134,13 +131,13 @@ pub fn read_functions(file: &Path, locator: &Locator, filters: &Filters) -> Resu
 }
 
 /// Whether `source` is a DCPI profile (which starts with `version`) rather than a raw one.
-fn is_dcpi(source: &Source) -> Result<bool, String> {
+fn is_dcpi(source: &Source) -> Result<bool> {
     Ok(dcpi::is_dcpi(&source.read_at(0, 7)?))
 }
 
 /// A raw profile, a DCPI profile, or a directory of DCPI profiles, symbolised, as `filters`
 /// leave it.
-pub fn read_stacks(file: &Path, locator: &Locator, filters: &Filters) -> Result<Stacks, String> {
+pub fn read_stacks(file: &Path, locator: &Locator, filters: &Filters) -> Result<Stacks> {
     if file.is_dir() {
         let mut profiles = Vec::new();
         for path in sorted_files(file)? {
@@ -150,7 +147,7 @@ pub fn read_stacks(file: &Path, locator: &Locator, filters: &Filters) -> Result<
             }
         }
         if profiles.is_empty() {
-            return Err(format!("{}: no DCPI profiles in this directory", file.display()));
+            return Err(format!("{}: no DCPI profiles in this directory", file.display()).into());
         }
         return Ok(dcpi::stacks(&profiles, locator).filter(filters));
     }
@@ -164,7 +161,7 @@ pub fn read_stacks(file: &Path, locator: &Locator, filters: &Filters) -> Result<
 
 /// The raw profile `source`, read from `file`, symbolised as it is read: one pass finds the
 /// maps at the end (and judges a cut), a second aggregates the records; none is kept.
-pub fn raw_stacks(file: &Path, source: &Source, locator: &Locator, filters: &Filters) -> Result<Stacks, String> {
+pub fn raw_stacks(file: &Path, source: &Source, locator: &Locator, filters: &Filters) -> Result<Stacks> {
     let outline = raw::outline_source(file, source, locator)?;
     Stacks::read_source(source, &outline, locator, filters)
 }
@@ -176,7 +173,7 @@ pub fn file_or_db(
     db: Option<&Path>,
     selection: &db::Selection,
     locator: &Locator,
-) -> Result<(PathBuf, Source<'static>), String> {
+) -> Result<(PathBuf, Source<'static>)> {
     match db {
         Some(dir) => {
             let (name, bytes) = db::merged_selection(dir, selection, locator)?;
@@ -191,20 +188,20 @@ pub fn file_or_db(
 }
 
 /// Everything in `dir`, in name order: the one directory listing every reader uses.
-pub fn sorted_entries(dir: &Path) -> Result<Vec<PathBuf>, String> {
-    let entries = std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+pub fn sorted_entries(dir: &Path) -> Result<Vec<PathBuf>> {
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::read(dir, e))?;
     let mut paths: Vec<PathBuf> = entries.filter_map(|e| Some(e.ok()?.path())).collect();
     paths.sort();
     Ok(paths)
 }
 
 /// The regular files (after symbolic links) of `dir`, in name order.
-fn sorted_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
+fn sorted_files(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(sorted_entries(dir)?.into_iter().filter(|p| p.is_file()).collect())
 }
 
 /// Every raw profile in `dir`, read by `read`; other files are skipped with a note.
-pub fn read_history<T>(dir: &Path, read: &dyn Fn(&Path) -> Result<T, String>) -> Result<Vec<T>, String> {
+pub fn read_history<T>(dir: &Path, read: &dyn Fn(&Path) -> Result<T>) -> Result<Vec<T>> {
     let files = sorted_files(dir)?;
     let mut out = Vec::new();
     let mut progress = Progress::new("reading history", files.len());
@@ -220,7 +217,8 @@ pub fn read_history<T>(dir: &Path, read: &dyn Fn(&Path) -> Result<T, String>) ->
             "{}: a history needs at least two profiles, found {}",
             dir.display(),
             out.len()
-        ));
+        )
+        .into());
     }
     Ok(out)
 }

@@ -10,6 +10,7 @@
 //! the return addresses that follow a direct call in the executable all agree on one load
 //! address, which a wrong binary or a wrong guess do not (see [`place`]).
 
+use crate::error::{Error, Result};
 use crate::input::Source;
 use crate::symbols::{open_regular, Locator};
 use cpuprof::format::{FastHash, MapEntry, Maps, ParseError, ParseErrorKind, Profile, ReadContext, Scan};
@@ -33,17 +34,17 @@ const PAGE: u64 = 4096;
 /// Parses `bytes`, read from `file`: a complete profile as it is, a cut-short one with one
 /// warning on stderr. Damage that is not a cut (a zero count in the middle, a depth no stack
 /// has) stays an error, as does a bad header.
-pub fn read(file: &Path, bytes: &[u8], locator: &Locator) -> Result<Profile, String> {
+pub fn read(file: &Path, bytes: &[u8], locator: &Locator) -> Result<Profile> {
     read_source(file, &Source::bytes(bytes), locator)
 }
 
 /// [`read`] of a profile in a file (not read into memory: see [`Source`]).
-pub fn read_file(file: &Path, locator: &Locator) -> Result<Profile, String> {
+pub fn read_file(file: &Path, locator: &Locator) -> Result<Profile> {
     read_source(file, &Source::open(file)?, locator)
 }
 
 /// [`read`] of `source`, named `file`.
-pub fn read_source(file: &Path, source: &Source, locator: &Locator) -> Result<Profile, String> {
+pub fn read_source(file: &Path, source: &Source, locator: &Locator) -> Result<Profile> {
     not_empty(file, source)?;
     let (mut profile, defect) = source
         .parse_lenient()?
@@ -63,12 +64,12 @@ pub fn read_source(file: &Path, source: &Source, locator: &Locator) -> Result<Pr
 /// The same checks and warning as [`read`], from one pass over the records that keeps none of
 /// them: what a reader that then aggregates the records as it reads them needs (the period,
 /// how many records, and the maps, rebuilt if missing).
-pub fn outline(file: &Path, bytes: &[u8], locator: &Locator) -> Result<Scan, String> {
+pub fn outline(file: &Path, bytes: &[u8], locator: &Locator) -> Result<Scan> {
     outline_source(file, &Source::bytes(bytes), locator)
 }
 
 /// [`outline`] of `source`, named `file`.
-pub fn outline_source(file: &Path, source: &Source, locator: &Locator) -> Result<Scan, String> {
+pub fn outline_source(file: &Path, source: &Source, locator: &Locator) -> Result<Scan> {
     not_empty(file, source)?;
     let (mut outline, defect) = source.scan(|_| {})?.map_err(|e| format!("{}: {e}", file.display()))?;
     complete(file, source, locator, &mut outline, defect)?;
@@ -87,7 +88,7 @@ pub struct Summary {
 /// [`Summary`] of `source`: `Ok(Err(..))` when it is not a complete profile, with what the
 /// records before the defect held (none for a bad header). `Err` only when it cannot be read.
 #[allow(clippy::type_complexity)]
-pub fn summary(source: &Source) -> Result<Result<Summary, (ParseError, Option<Scan>)>, String> {
+pub fn summary(source: &Source) -> Result<std::result::Result<Summary, (ParseError, Option<Scan>)>> {
     let mut chains = ChainSet::default();
     let mut pcs = Vec::new();
     let (read, defect) = match source.scan(|record| {
@@ -186,12 +187,12 @@ impl ChainSet {
     }
 }
 
-fn not_empty(file: &Path, source: &Source) -> Result<(), String> {
+fn not_empty(file: &Path, source: &Source) -> Result<()> {
     if source.len()? == 0 {
         return Err(format!(
             "{}: empty: the process ended before the profiler wrote anything (gperftools writes nothing until its 2 MiB buffer fills or it stops; cpuprof writes its first records after one second)",
             file.display()
-        ));
+        ).into());
     }
     Ok(())
 }
@@ -204,7 +205,7 @@ fn complete(
     locator: &Locator,
     outline: &mut Scan,
     defect: Option<ParseError>,
-) -> Result<(), String> {
+) -> Result<()> {
     let mut missing = Vec::new();
     if let Some(defect) = &defect {
         let last_record = match defect.kind {
@@ -225,7 +226,7 @@ fn complete(
                     )
                 })
             }
-            _ => return Err(format!("{}: {defect}", file.display())),
+            _ => return Err(format!("{}: {defect}", file.display()).into()),
         };
         missing.push("the trailer".to_string());
         missing.push("the maps".to_string());
@@ -271,11 +272,13 @@ fn join(items: &[String]) -> String {
 /// Maps for a profile that has none (its records are in `bytes`): the executable's segments
 /// where the stacks place them. Returns the maps and a sentence saying what was used; or why
 /// nothing was.
-fn rebuild_maps(file: &Path, source: &Source, locator: &Locator) -> Result<(Maps, String), String> {
+fn rebuild_maps(file: &Path, source: &Source, locator: &Locator) -> Result<(Maps, String)> {
     let (binary, named_by) = match locator.binaries.first() {
         Some(b) => (b.clone(), "given with --binary"),
         None => (
-            beside(file).ok_or("No maps, and no executable given with --binary or found beside the profile")?,
+            beside(file).ok_or_else(|| {
+                Error::Input("No maps, and no executable given with --binary or found beside the profile".to_string())
+            })?,
             "found beside the profile",
         ),
     };
@@ -320,7 +323,7 @@ fn rebuild_maps(file: &Path, source: &Source, locator: &Locator) -> Result<(Maps
     ))
 }
 
-fn read_executable(path: &Path) -> Result<(Vec<u8>, u64), String> {
+fn read_executable(path: &Path) -> Result<(Vec<u8>, u64)> {
     let (file, size, (_, inode)) = open_regular(path)?;
     let mut data = Vec::new();
     file.take(size)
@@ -422,7 +425,7 @@ impl Elf {
 /// addresses land just after direct calls of the executable: the bias most of them agree on,
 /// if at least [`MIN_AGREEING`] do (or every return address there is). A fixed-address
 /// executable has bias 0, which is checked the same way.
-fn place(elf: &Elf, source: &Source) -> Result<Option<u64>, String> {
+fn place(elf: &Elf, source: &Source) -> Result<Option<u64>> {
     let mut returns: HashSet<u64> = HashSet::new();
     // The records before the cut; the cut itself was judged by the caller.
     let _ = source.scan(|record| returns.extend(record.pcs().skip(1)))?;

@@ -5,6 +5,7 @@
 //! first profile's mapping of the object. Objects the first profile did not map get a mapping
 //! of their own above everything else; addresses in no mapping are kept as they are.
 
+use crate::error::{Error, Result};
 use cpuprof::format::{build_id, MapEntry, Profile, ProfileWriter, SignalWeights, SlotFormat};
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -13,9 +14,9 @@ const PAGE: u64 = 4096;
 
 /// The merged profile and its total sample count. Counts that would pass 2^64 - 1 are an
 /// error naming the profile that took them there, never a wrapped number.
-pub fn merge(profiles: &[(String, Profile)]) -> Result<(Vec<u8>, u64), String> {
+pub fn merge(profiles: &[(String, Profile)]) -> Result<(Vec<u8>, u64)> {
     let Some((first_name, first)) = profiles.first() else {
-        return Err("nothing to merge".into());
+        return Err(Error::Input("nothing to merge".to_string()));
     };
     let mut maps: Vec<MapEntry> = first.maps.entries.clone();
     // None when the first profile's maps reach the top of the address space.
@@ -32,7 +33,8 @@ pub fn merge(profiles: &[(String, Profile)]) -> Result<(Vec<u8>, u64), String> {
             return Err(format!(
                 "{name} samples every {} us but {first_name} every {} us; merged counts would mean nothing",
                 profile.period_us, first.period_us
-            ));
+            )
+            .into());
         }
         let mut translated: HashMap<u64, u64> = HashMap::new();
         for s in &profile.samples {
@@ -183,6 +185,6 @@ mod tests {
         let mut b = a.clone();
         b.period_us = 1000;
         let e = merge(&[("a".into(), a), ("b".into(), b)]).unwrap_err();
-        assert!(e.contains("1000 us"), "{e}");
+        assert!(e.to_string().contains("1000 us"), "{e}");
     }
 }

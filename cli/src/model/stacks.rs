@@ -8,6 +8,7 @@
 //! chains summed through a fast hash. A record costs no allocation. The `--focus/--ignore/
 //! --hide/--show` filters apply to each chain before it is summed (see [`crate::model::filters`]).
 
+use crate::error::Result;
 use crate::input::Source;
 use crate::model::filters::{Filtering, Filters};
 use crate::render::progress::Progress;
@@ -157,7 +158,7 @@ fn read_chains(
     filters: &Filters,
     names: &mut NameTable,
     mut add: impl FnMut(&[u32], u64, Option<&ReadContext>),
-) -> Result<u64, String> {
+) -> Result<u64> {
     let mut addresses = Addresses::new(&outline.maps, locator);
     let mut filtering = Filtering::new(filters);
     let mut progress = Progress::new("reading", outline.records);
@@ -241,12 +242,7 @@ impl Functions {
     }
 
     /// [`Functions::read`] of `source` (a file is read again, through a window).
-    pub fn read_source(
-        source: &Source,
-        outline: &Scan,
-        locator: &Locator,
-        filters: &Filters,
-    ) -> Result<Functions, String> {
+    pub fn read_source(source: &Source, outline: &Scan, locator: &Locator, filters: &Filters) -> Result<Functions> {
         let (mut names, mut tally) = (NameTable::default(), Tally::default());
         let removed = read_chains(
             source,
@@ -320,12 +316,7 @@ impl Stacks {
     }
 
     /// [`Stacks::read`] of `source` (a file is read again, through a window).
-    pub fn read_source(
-        source: &Source,
-        outline: &Scan,
-        locator: &Locator,
-        filters: &Filters,
-    ) -> Result<Stacks, String> {
+    pub fn read_source(source: &Source, outline: &Scan, locator: &Locator, filters: &Filters) -> Result<Stacks> {
         let mut stacks = Stacks::new(outline.period_us);
         let mut names = std::mem::take(&mut stacks.names);
         stacks.removed = read_chains(source, outline, locator, filters, &mut names, |chain, count, _| {

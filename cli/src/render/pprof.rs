@@ -1,6 +1,7 @@
 //! `convert --to pprof`: the profile as gzipped pprof protobuf, symbolised here (functions,
 //! files, lines, inlined frames) so readers need no access to the binaries.
 
+use crate::error::{Error, Result};
 use crate::input::raw::ChainSet;
 use crate::input::Source;
 use crate::model::filters::Filters;
@@ -40,7 +41,7 @@ pub fn encode(profile: &Profile, locator: &Locator, filters: &Filters) -> Pprof 
 /// the first found): a second pass sums identical chains (each distinct chain kept once, as
 /// slots in one array), then each is written as it is named, straight into the gzip stream.
 /// The same bytes as [`encode`] then [`write`] of the whole profile.
-pub fn write_source(source: &Source, outline: &Scan, locator: &Locator, output: &Path) -> Result<(), String> {
+pub fn write_source(source: &Source, outline: &Scan, locator: &Locator, output: &Path) -> Result<()> {
     let contexts = &outline.maps.contexts;
     let with_contexts = !contexts.is_empty();
     let (mut chains, mut counts) = (ChainSet::default(), Vec::new());
@@ -77,8 +78,8 @@ pub fn write_source(source: &Source, outline: &Scan, locator: &Locator, output: 
     let wall = !contexts.cpu_profile && any_context;
     let mut symbolizer = Symbolizer::new(locator.clone(), maps);
     let mut build_ids = BuildIds::default();
-    let cannot_write = |e: std::io::Error| format!("cannot write {}: {e}", output.display());
-    let file = std::fs::File::create(output).map_err(|e| format!("cannot create {}: {e}", output.display()))?;
+    let cannot_write = |e: std::io::Error| Error::write(output, e);
+    let file = std::fs::File::create(output).map_err(|e| Error::create(output, e))?;
     // Messages are small: the compressor is handed them in blocks.
     let gz = std::io::BufWriter::with_capacity(
         1 << 16,
@@ -107,10 +108,10 @@ pub fn write_source(source: &Source, outline: &Scan, locator: &Locator, output: 
         .map_err(cannot_write)
 }
 
-pub fn write(pprof: &Pprof, output: &Path) -> Result<(), String> {
-    let file = std::fs::File::create(output).map_err(|e| format!("cannot create {}: {e}", output.display()))?;
+pub fn write(pprof: &Pprof, output: &Path) -> Result<()> {
+    let file = std::fs::File::create(output).map_err(|e| Error::create(output, e))?;
     let mut gz = GzEncoder::new(std::io::BufWriter::new(file), flate2::Compression::default());
     gz.write_all(&pprof.encode())
         .and_then(|()| gz.finish()?.flush())
-        .map_err(|e| format!("cannot write {}: {e}", output.display()))
+        .map_err(|e| Error::write(output, e))
 }

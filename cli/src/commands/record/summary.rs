@@ -305,9 +305,11 @@ fn report_group(written: &[Written], group: &[usize], name: &str, count: usize, 
             .iter()
             .map(|&i| (written[i].path.display().to_string(), written[i].profile.clone()))
             .collect();
-        match crate::model::merge::merge(&named)
-            .and_then(|(bytes, _)| Profile::parse(&bytes).map(|p| (p, bytes)).map_err(|e| e.to_string()))
-        {
+        match crate::model::merge::merge(&named).and_then(|(bytes, _)| {
+            Profile::parse(&bytes)
+                .map(|p| (p, bytes))
+                .map_err(|e| Error::Input(e.to_string()))
+        }) {
             Ok(merged) => {
                 let files: Vec<String> = named.iter().map(|(n, _)| n.clone()).collect();
                 eprintln!(

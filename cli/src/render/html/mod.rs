@@ -359,18 +359,14 @@ fn history_epochs(
         }
     };
     if !crate::input::db::Database::is_database(dir) {
-        return Ok(crate::input::read_history(dir, &|path: &Path| {
+        return crate::input::read_history(dir, &|path: &Path| {
             let name = crate::symbols::file_name(&path.display().to_string()).to_string();
             Ok(epoch(name, 1, &crate::input::read_profile(path, locator)?))
-        })?);
+        });
     }
-    Ok(crate::input::epochs::history(
-        dir,
-        selection,
-        file,
-        locator,
-        &|name, processes, profile| epoch(name.to_string(), processes, profile),
-    )?)
+    crate::input::epochs::history(dir, selection, file, locator, &|name, processes, profile| {
+        epoch(name.to_string(), processes, profile)
+    })
 }
 
 fn trend_section(epochs: &[Epoch], tick_us: u64) -> String {
