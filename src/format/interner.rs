@@ -3,25 +3,40 @@
 
 use super::FastHash;
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 
-/// Strings by id and ids by string. Ids are `u32`: every string comes from a profile or a
-/// binary, and 2^32 distinct ones would not fit in memory anyway.
-#[derive(Default)]
+/// No further string with the same hash.
+const END: u32 = u32::MAX;
+
+/// Strings by id and ids by string, each string held once (a profile of millions of distinct
+/// names keeps one copy of each, not one in a list and another as a map's key): the map goes
+/// from a string's hash to the first id with that hash, `next` chains the others. Ids are
+/// `u32`: every string comes from a profile or a binary, and 2^32 distinct ones would not fit
+/// in memory anyway.
+#[derive(Clone, Default)]
 pub struct Interner {
     strings: Vec<String>,
-    ids: HashMap<String, u32, FastHash>,
+    first: HashMap<u64, u32, FastHash>,
+    next: Vec<u32>,
+    hash: FastHash,
 }
 
 impl Interner {
     /// The id of `s`, added if new (an owned `String` is stored without a copy).
     pub fn id(&mut self, s: impl AsRef<str> + Into<String>) -> u32 {
-        if let Some(&id) = self.ids.get(s.as_ref()) {
-            return id;
+        let hash = self.hash.hash_one(s.as_ref());
+        let head = self.first.get(&hash).copied().unwrap_or(END);
+        let mut at = head;
+        while at != END {
+            if self.strings[at as usize] == s.as_ref() {
+                return at;
+            }
+            at = self.next[at as usize];
         }
         let id = self.strings.len() as u32;
-        let s: String = s.into();
-        self.strings.push(s.clone());
-        self.ids.insert(s, id);
+        self.strings.push(s.into());
+        self.next.push(head);
+        self.first.insert(hash, id);
         id
     }
 
@@ -34,6 +49,16 @@ impl Interner {
     pub fn into_strings(self) -> Vec<String> {
         self.strings
     }
+
+    /// How many strings there are.
+    pub fn len(&self) -> usize {
+        self.strings.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.strings.is_empty()
+    }
 }
 
 #[cfg(test)]
@@ -45,5 +70,17 @@ mod tests {
         let mut names = Interner::default();
         assert_eq!((names.id("a"), names.id(String::from("b")), names.id("a")), (0, 1, 0));
         assert_eq!(names.strings(), ["a", "b"]);
+    }
+
+    #[test]
+    fn many_strings_keep_their_ids() {
+        let mut names = Interner::default();
+        for i in 0..10_000 {
+            assert_eq!(names.id(format!("f{i}")), i);
+        }
+        for i in (0..10_000).rev() {
+            assert_eq!(names.id(format!("f{i}")), i);
+        }
+        assert_eq!(names.len(), 10_000);
     }
 }

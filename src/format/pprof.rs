@@ -11,7 +11,7 @@
 //! writes, and it keeps protobuf code generation (and its build dependencies) out of the
 //! library that is preloaded into other programs.
 
-use super::{Maps, Profile, ReadContext, SampleContexts, StateKind};
+use super::{Interner, Maps, Profile, ReadContext, SampleContexts, StateKind};
 use std::collections::HashMap;
 use std::io::{self, Write};
 
@@ -281,30 +281,11 @@ pub struct PprofWriter<'m, W: Write> {
     location_slots: Vec<u32>,
     /// Every location's frames, one after another: function and file (ids in `names`) and line.
     frames: Vec<(u32, u32, u64)>,
-    names: Names,
+    /// Frame names, each kept once.
+    names: Interner,
     /// Scratch space for one message.
     message: Vec<u8>,
     ids: Vec<u64>,
-}
-
-/// Frame names, each kept once.
-#[derive(Default)]
-struct Names {
-    list: Vec<std::rc::Rc<str>>,
-    index: HashMap<std::rc::Rc<str>, u32>,
-}
-
-impl Names {
-    fn id(&mut self, name: &str) -> u32 {
-        if let Some(&id) = self.index.get(name) {
-            return id;
-        }
-        let id = self.list.len() as u32;
-        let name: std::rc::Rc<str> = name.into();
-        self.list.push(name.clone());
-        self.index.insert(name, id);
-        id
-    }
 }
 
 impl<'m, W: Write> PprofWriter<'m, W> {
@@ -341,7 +322,7 @@ impl<'m, W: Write> PprofWriter<'m, W> {
             locations: Vec::new(),
             location_slots: Vec::new(),
             frames: Vec::new(),
-            names: Names::default(),
+            names: Interner::default(),
             message: Vec::new(),
             ids: Vec::new(),
         })
@@ -458,8 +439,8 @@ impl<'m, W: Write> PprofWriter<'m, W> {
             for &(function, file, line) in &self.frames[start..end] {
                 let next = functions.len() as u64 + 1;
                 let id = *functions.entry((function, file)).or_insert_with(|| {
-                    let name = self.strings.id(&self.names.list[function as usize]);
-                    let file = self.strings.id(&self.names.list[file as usize]);
+                    let name = self.strings.id(&self.names.strings()[function as usize]);
+                    let file = self.strings.id(&self.names.strings()[file as usize]);
                     function_list.push((next, name, file));
                     next
                 });
@@ -635,7 +616,7 @@ fn tail_of_message(
         });
     }
     let comments: Vec<u64> = comments.iter().map(|c| strings.id(c)).collect();
-    for s in &strings.list {
+    for s in strings.0.strings() {
         key(out, 6, 2);
         varint(out, s.len() as u64);
         out.extend_from_slice(s.as_bytes());
@@ -654,29 +635,19 @@ fn tail_of_message(
 }
 
 /// pprof's string table: index 0 is the empty string.
-struct StringTable {
-    list: Vec<String>,
-    index: HashMap<String, u64>,
-}
+struct StringTable(Interner);
 
 impl Default for StringTable {
     fn default() -> Self {
-        StringTable {
-            list: vec![String::new()],
-            index: HashMap::from([(String::new(), 0)]),
-        }
+        let mut table = Interner::default();
+        table.id("");
+        StringTable(table)
     }
 }
 
 impl StringTable {
     fn id(&mut self, s: &str) -> u64 {
-        if let Some(&id) = self.index.get(s) {
-            return id;
-        }
-        let id = self.list.len() as u64;
-        self.list.push(s.to_string());
-        self.index.insert(s.to_string(), id);
-        id
+        u64::from(self.0.id(s))
     }
 }
 

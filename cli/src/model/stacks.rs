@@ -13,13 +13,13 @@ use crate::input::Source;
 use crate::model::filters::{Filtering, Filters};
 use crate::render::progress::Progress;
 use crate::symbols::{Locator, Symbolizer};
-use cpuprof::format::{FastHash, Maps, Profile, ReadContext, Scan, StateKind};
+use cpuprof::format::{FastHash, Interner, Maps, Profile, ReadContext, Scan, StateKind};
 use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasher;
 
 pub struct Stacks {
     pub period_us: u64,
-    names: NameTable,
+    names: Interner,
     /// The chains' name ids, outermost caller first (inlined frames expanded), one chain
     /// after another.
     frames: Vec<u32>,
@@ -81,28 +81,6 @@ impl StateSplit {
     }
 }
 
-/// Every function name once, by id. Ids fit in a u32: each distinct name comes from a
-/// distinct address, and 2^32 of them would not fit in memory as names anyway.
-#[derive(Default)]
-struct NameTable {
-    names: Vec<String>,
-    ids: HashMap<String, u32, FastHash>,
-}
-
-impl NameTable {
-    /// The id of `name`, added if new.
-    fn id(&mut self, name: impl AsRef<str> + Into<String>) -> u32 {
-        if let Some(&id) = self.ids.get(name.as_ref()) {
-            return id;
-        }
-        let id = self.names.len() as u32;
-        let name: String = name.into();
-        self.names.push(name.clone());
-        self.ids.insert(name, id);
-        id
-    }
-}
-
 /// Names the addresses of one profile, each distinct address once.
 struct Addresses<'a> {
     symbolizer: Symbolizer,
@@ -125,7 +103,7 @@ impl<'a> Addresses<'a> {
 
     /// The name ids of the chain `pcs` (interrupted PC first) into `out`, outermost caller
     /// first.
-    fn chain(&mut self, names: &mut NameTable, pcs: &[u64], out: &mut Vec<u32>) {
+    fn chain(&mut self, names: &mut Interner, pcs: &[u64], out: &mut Vec<u32>) {
         out.clear();
         for (i, &pc) in pcs.iter().enumerate().rev() {
             // Return addresses point after the call; look up the call instruction itself.
@@ -156,7 +134,7 @@ fn read_chains(
     outline: &Scan,
     locator: &Locator,
     filters: &Filters,
-    names: &mut NameTable,
+    names: &mut Interner,
     mut add: impl FnMut(&[u32], u64, Option<&ReadContext>),
 ) -> Result<u64> {
     let mut addresses = Addresses::new(&outline.maps, locator);
@@ -171,7 +149,7 @@ fn read_chains(
         done += 1;
         record.pcs_into(&mut pcs);
         addresses.chain(names, &pcs, &mut chain);
-        match filtering.apply(&chain, &names.names) {
+        match filtering.apply(&chain, names.strings()) {
             Some(kept) => add(kept, record.count, context),
             None => removed = removed.saturating_add(record.count),
         }
@@ -243,7 +221,7 @@ impl Functions {
 
     /// [`Functions::read`] of `source` (a file is read again, through a window).
     pub fn read_source(source: &Source, outline: &Scan, locator: &Locator, filters: &Filters) -> Result<Functions> {
-        let (mut names, mut tally) = (NameTable::default(), Tally::default());
+        let (mut names, mut tally) = (Interner::default(), Tally::default());
         let removed = read_chains(
             source,
             outline,
@@ -266,7 +244,7 @@ impl Functions {
 
     fn new(
         period_us: u64,
-        names: NameTable,
+        names: Interner,
         mut tally: Tally,
         removed: u64,
         filtered: bool,
@@ -274,10 +252,10 @@ impl Functions {
     ) -> Functions {
         // A name met only in chains of no samples (DCPI) still gets its (zero) row; one met
         // only in frames the filters dropped or hid does not, as in pprof.
-        tally.counts.resize(names.names.len(), Counts::default());
-        tally.states.resize(names.names.len(), StateSplit::default());
+        tally.counts.resize(names.len(), Counts::default());
+        tally.states.resize(names.len(), StateSplit::default());
         let (counts, states): (Vec<_>, Vec<_>) = names
-            .names
+            .into_strings()
             .into_iter()
             .zip(tally.counts)
             .zip(tally.states)
@@ -297,7 +275,7 @@ impl Stacks {
     pub fn new(period_us: u64) -> Stacks {
         Stacks {
             period_us,
-            names: NameTable::default(),
+            names: Interner::default(),
             frames: Vec::new(),
             chains: Vec::new(),
             slots: Vec::new(),
@@ -334,13 +312,12 @@ impl Stacks {
             return self;
         }
         let mut out = Stacks::new(self.period_us);
-        out.names.names.clone_from(&self.names.names);
-        out.names.ids = self.names.ids.clone();
+        out.names = self.names.clone();
         out.removed = self.removed;
         out.filtered = true;
         let mut filtering = Filtering::new(filters);
         for (chain, count) in self.chains() {
-            match filtering.apply(chain, &self.names.names) {
+            match filtering.apply(chain, self.names.strings()) {
                 Some(kept) => out.add(kept, count),
                 None => out.removed = out.removed.saturating_add(count),
             }
@@ -355,7 +332,7 @@ impl Stacks {
 
     /// Function names by id.
     pub fn names(&self) -> &[String] {
-        &self.names.names
+        self.names.strings()
     }
 
     /// The chains of a parsed profile, symbolised.
@@ -440,18 +417,15 @@ impl Stacks {
     /// stack (counted once per stack, however deep the recursion).
     pub fn per_function(&self) -> HashMap<&str, Counts> {
         let mut counts = self.tally().counts;
-        counts.resize(self.names.names.len(), Counts::default());
-        self.names.names.iter().map(String::as_str).zip(counts).collect()
+        counts.resize(self.names.len(), Counts::default());
+        self.names.strings().iter().map(String::as_str).zip(counts).collect()
     }
 
     /// The same, with the total, for `top`.
     pub fn functions(&self) -> Functions {
         Functions::new(
             self.period_us,
-            NameTable {
-                names: self.names.names.clone(),
-                ids: HashMap::default(),
-            },
+            self.names.clone(),
             self.tally(),
             self.removed,
             self.filtered,
@@ -471,7 +445,7 @@ impl Stacks {
     pub fn folded(&self) -> Vec<String> {
         // `;` separates frames, so it may not appear inside a name (the count follows the
         // last space, so spaces in C++ signatures are fine).
-        let escaped: Vec<String> = self.names.names.iter().map(|n| n.replace(';', ":")).collect();
+        let escaped: Vec<String> = self.names.strings().iter().map(|n| n.replace(';', ":")).collect();
         let mut folded: HashMap<String, u64, FastHash> = HashMap::default();
         let mut line = String::new();
         for i in 0..self.chains.len() {
@@ -507,7 +481,7 @@ mod tests {
                 let names = stacks
                     .chain(i)
                     .iter()
-                    .map(|&id| stacks.names.names[id as usize].clone());
+                    .map(|&id| stacks.names.strings()[id as usize].clone());
                 (names.collect(), stacks.chains[i].1)
             })
             .collect();
@@ -532,7 +506,7 @@ mod tests {
         assert!(all.contains(&(vec!["main".into(), "f7".into()], 3)));
         assert_eq!(stacks.total(), 1000 * 6 + 1000 * 3);
         // Names are kept once: main, leaf and f0..f999.
-        assert_eq!(stacks.names.names.len(), 1002);
+        assert_eq!(stacks.names.len(), 1002);
     }
 
     #[test]
