@@ -56,6 +56,19 @@ pub fn high_floor() -> RawFd {
     floor as RawFd
 }
 
+/// How long cpuprof waits, after finding that the program took one of its descriptors over,
+/// before it opens a replacement. A program that ran `close_range` or `dup2` is reopening its
+/// own files at that moment, and every `open` (or `perf_event_open`) takes the lowest free
+/// number for an instant before [`GuardedFd::adopt`] moves it high: opened in the same
+/// microseconds, cpuprof's would take the number the program's next `open` is owed.
+const AFTER_TAKEOVER: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// Waits [`AFTER_TAKEOVER`] (on cpuprof's writer thread; at worst once per takeover on a
+/// thread's start) so that the program's reopening is over before cpuprof opens anything.
+pub fn let_the_program_reopen_first() {
+    std::thread::sleep(AFTER_TAKEOVER);
+}
+
 /// `(st_dev, st_ino)` of what `fd` refers to, if it is open.
 pub fn identity(fd: RawFd) -> Option<(u64, u64)> {
     // SAFETY: fstat fills a local struct; it is async-signal-safe, so this may run in a

@@ -38,6 +38,7 @@ fn with_cached<R>(slot: &Mutex<Option<Cached>>, path: &str, read: impl FnOnce(Ra
         } else if !cached.fd.is_still_ours() {
             crate::say!("cpuprof: {}; reopening {path}", cached.fd.taken_error());
             cached.fd.abandon();
+            super::fd::let_the_program_reopen_first();
         } else {
             *slot = Some(cached);
         }

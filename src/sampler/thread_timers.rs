@@ -567,6 +567,9 @@ impl Timers {
             );
         }
         self.perf_fds_taken += taken.len();
+        if !taken.is_empty() {
+            crate::in_program::fd::let_the_program_reopen_first();
+        }
         for tid in taken {
             self.remove_armed(tid);
         }

@@ -178,7 +178,10 @@ pub fn release() {
 pub fn check() -> std::io::Result<bool> {
     let mut opened = OPENED.lock();
     match opened.as_ref() {
-        Some(o) if !o.is_intact() => reopen(&mut opened).map(|_| true),
+        Some(o) if !o.is_intact() => {
+            crate::in_program::fd::let_the_program_reopen_first();
+            reopen(&mut opened).map(|_| true)
+        }
         _ => Ok(false),
     }
 }
