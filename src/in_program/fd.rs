@@ -63,7 +63,7 @@ pub fn high_floor() -> RawFd {
 /// microseconds, cpuprof's would take the number the program's next `open` is owed.
 const AFTER_TAKEOVER: std::time::Duration = std::time::Duration::from_millis(5);
 
-/// Waits [`AFTER_TAKEOVER`] (on cpuprof's writer thread; at worst once per takeover on a
+/// Waits `AFTER_TAKEOVER` (on cpuprof's writer thread; at worst once per takeover on a
 /// thread's start) so that the program's reopening is over before cpuprof opens anything.
 pub fn let_the_program_reopen_first() {
     std::thread::sleep(AFTER_TAKEOVER);
