@@ -140,26 +140,9 @@ impl DwarfUnwinder {
                     let next = self.unwinder.unwind_frame(address, &mut state, &mut cache, &mut read);
                     let next = match next {
                         // framehop reads rbp 0 as the end of the frame chain.
-                        Err(_) | Ok(None) if without_rbp => {
-                            // The frame's CFA may need the rbp we do not have: step it by
-                            // its frame record, if one is proven.
-                            let found = frame_records::find(
-                                &self.starts,
-                                address.address_for_lookup(),
-                                state.sp(),
-                                stack,
-                                |pc| self.is_code(pc),
-                            );
-                            match found {
-                                Some((cfa, ret, caller_rbp)) => {
-                                    state.set_sp(cfa);
-                                    state.set_bp(caller_rbp);
-                                    state.set_ip(ret);
-                                    Ok(Some(ret))
-                                }
-                                None => next,
-                            }
-                        }
+                        Err(_) | Ok(None) if without_rbp => self
+                            .step_by_frame_record(address, &mut state, stack)
+                            .map_or(next, |ret| Ok(Some(ret))),
                         next => next,
                     };
                     // framehop set sp to this frame's CFA; recover the caller's rbx from it.
@@ -239,8 +222,33 @@ impl DwarfUnwinder {
 
 #[cfg(target_arch = "x86_64")]
 impl DwarfUnwinder {
+    /// Steps a frame whose CFA may need the rbp a blocked thread's walk does not have, by its
+    /// frame record if one is proven; the caller's return address, or `None`. Kept out of
+    /// `walk`'s loop (never inlined, rarely taken): inlined, its registers crowded the loop that
+    /// every sample runs, which then kept the return address in memory (issue 26: 3-7 % of the
+    /// handler's cost on deep stacks).
+    #[cold]
+    #[inline(never)]
+    fn step_by_frame_record(
+        &self,
+        address: FrameAddress,
+        state: &mut crate::arch::dwarf::UnwindRegs,
+        stack: &mut StackReader,
+    ) -> Option<u64> {
+        let (cfa, ret, caller_rbp) =
+            frame_records::find(&self.starts, address.address_for_lookup(), state.sp(), stack, |pc| {
+                self.is_code(pc)
+            })?;
+        state.set_sp(cfa);
+        state.set_bp(caller_rbp);
+        state.set_ip(ret);
+        Some(ret)
+    }
+
     /// Steps a frame whose CFA is `rbx + k` (`row`); `None` ends the walk: rbx unknown, or a
     /// result that is not a caller's frame (CFA not above sp, return address outside code).
+    /// Never inlined into `walk`'s loop, for the reason given at `step_by_frame_record`.
+    #[inline(never)]
     fn step_from_rbx(
         &self,
         row: crate::arch::x86_64::rbx_cfa::Row,
