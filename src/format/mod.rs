@@ -44,6 +44,7 @@
 pub mod build_id;
 pub mod database;
 pub mod fast_hash;
+pub mod heap;
 pub mod interner;
 pub mod maps;
 pub mod pprof;

@@ -60,8 +60,11 @@ pub struct Sample {
     /// Indices into [`Pprof::locations`], leaf first.
     pub locations: Vec<usize>,
     /// Samples taken in this chain; the encoder also writes `count` times the period as the
-    /// second value.
+    /// second value. Unused when [`Sample::values`] is given.
     pub count: u64,
+    /// The sample's values, one per [`Pprof::values`] type, for profiles other than CPU and
+    /// wall-clock ones (heap); empty for those.
+    pub values: Vec<u64>,
     /// (key, value) pairs, such as `thread` and `state` for wall-clock samples.
     pub labels: Vec<(String, LabelValue)>,
 }
@@ -109,10 +112,16 @@ pub enum LabelValue {
 /// ```
 #[derive(Clone, Debug, Default)]
 pub struct Pprof {
-    /// The second sample type and the period's: `cpu` (the default when empty) or `wall`.
+    /// The second sample type and the period's: `cpu` (the default when empty) or `wall`; for
+    /// a profile with its own [`Pprof::values`], the period's type (`space` for heap profiles).
     pub kind: &'static str,
-    /// Sampling period in nanoseconds.
+    /// Sampling period in nanoseconds; for a profile with its own [`Pprof::values`], in the
+    /// unit of its last value type (bytes for heap profiles).
     pub period_ns: u64,
+    /// The sample types (type, unit) of a profile that is neither CPU nor wall-clock, whose
+    /// samples carry [`Sample::values`]; the last is the readers' default. Empty for CPU and
+    /// wall-clock profiles (`samples/count` and `cpu|wall/nanoseconds`).
+    pub values: Vec<(&'static str, &'static str)>,
     /// Start of the profile, nanoseconds since the epoch (0: unknown).
     pub time_ns: u64,
     /// How long the profile ran, in nanoseconds (0: unknown).
@@ -189,6 +198,7 @@ impl Pprof {
             pprof.samples.push(Sample {
                 locations,
                 count: s.count,
+                values: Vec::new(),
                 labels,
             });
         }
@@ -200,16 +210,27 @@ impl Pprof {
     pub fn encode(&self) -> Vec<u8> {
         let mut strings = StringTable::default();
         let mut out = Vec::new();
-        let kind_unit = head_of_message(
-            &mut out,
-            &mut strings,
-            if self.kind.is_empty() { "cpu" } else { self.kind },
-        );
+        let kind = if self.kind.is_empty() { "cpu" } else { self.kind };
+        let kind_unit = if self.values.is_empty() {
+            head_of_message(&mut out, &mut strings, &[("samples", "count"), (kind, "nanoseconds")]);
+            (strings.id(kind), strings.id("nanoseconds"))
+        } else {
+            head_of_message(&mut out, &mut strings, &self.values);
+            let unit = self.values.last().map_or("count", |&(_, unit)| unit);
+            (strings.id(kind), strings.id(unit))
+        };
         let mut ids = Vec::new();
+        let mut values = Vec::new();
         for s in &self.samples {
             ids.clear();
             ids.extend(s.locations.iter().map(|&l| l as u64 + 1));
-            sample_message(&mut out, &mut strings, &ids, s.count, self.period_ns, &s.labels);
+            values.clear();
+            if self.values.is_empty() {
+                values.extend([s.count, s.count.saturating_mul(self.period_ns)]);
+            } else {
+                values.extend(s.values.iter().copied());
+            }
+            sample_message(&mut out, &mut strings, &ids, &values, &s.labels);
         }
         // What each mapping's locations hold (functions, files, lines, inlined frames), in
         // one pass over the locations: a pass per mapping took seconds for a crafted profile
@@ -307,7 +328,13 @@ impl<'m, W: Write> PprofWriter<'m, W> {
         let (mappings, mapping_of_entry) = mappings_of(maps, &mut build_id);
         let mut strings = StringTable::default();
         let mut message = Vec::new();
-        let kind_unit = head_of_message(&mut message, &mut strings, if wall { "wall" } else { "cpu" });
+        let kind = if wall { "wall" } else { "cpu" };
+        head_of_message(
+            &mut message,
+            &mut strings,
+            &[("samples", "count"), (kind, "nanoseconds")],
+        );
+        let kind_unit = (strings.id(kind), strings.id("nanoseconds"));
         out.write_all(&message)?;
         Ok(PprofWriter {
             out,
@@ -397,8 +424,7 @@ impl<'m, W: Write> PprofWriter<'m, W> {
             &mut self.message,
             &mut self.strings,
             &ids,
-            count,
-            self.period_ns,
+            &[count, count.saturating_mul(self.period_ns)],
             &labels,
         );
         self.ids = ids;
@@ -468,7 +494,10 @@ impl<'m, W: Write> PprofWriter<'m, W> {
 
 /// The executable mappings of `maps`, with the build-id recorded for each or else the one
 /// `build_id` gives for its path; and which entry of `maps` became which mapping.
-fn mappings_of(maps: &Maps, build_id: &mut impl FnMut(&str) -> String) -> (Vec<Mapping>, HashMap<usize, usize>) {
+pub(super) fn mappings_of(
+    maps: &Maps,
+    build_id: &mut impl FnMut(&str) -> String,
+) -> (Vec<Mapping>, HashMap<usize, usize>) {
     let mut mappings = Vec::new();
     let mut mapping_of_entry: HashMap<usize, usize> = HashMap::new();
     for (i, entry) in maps.entries.iter().enumerate() {
@@ -524,33 +553,27 @@ fn labels(context: &ReadContext, contexts: &SampleContexts, wall: bool) -> Vec<(
 }
 
 /// The two sample types; returns the string ids of the second's kind and unit.
-fn head_of_message(out: &mut Vec<u8>, strings: &mut StringTable, kind: &str) -> (u64, u64) {
-    let (samples, count, cpu, nanoseconds) = (
-        strings.id("samples"),
-        strings.id("count"),
-        strings.id(kind),
-        strings.id("nanoseconds"),
-    );
-    for (kind, unit) in [(samples, count), (cpu, nanoseconds)] {
+/// The sample types, (type, unit) each.
+fn head_of_message(out: &mut Vec<u8>, strings: &mut StringTable, types: &[(&str, &str)]) {
+    for &(kind, unit) in types {
+        let (kind, unit) = (strings.id(kind), strings.id(unit));
         message(out, 1, |m| {
             uint(m, 1, kind);
             uint(m, 2, unit);
         });
     }
-    (cpu, nanoseconds)
 }
 
 fn sample_message(
     out: &mut Vec<u8>,
     strings: &mut StringTable,
     locations: &[u64],
-    count: u64,
-    period_ns: u64,
+    values: &[u64],
     labels: &[(String, LabelValue)],
 ) {
     message(out, 2, |m| {
         packed(m, 1, locations.iter().copied());
-        packed(m, 2, [count, count.saturating_mul(period_ns)].into_iter());
+        packed(m, 2, values.iter().copied());
         for (name, value) in labels {
             let name = strings.id(name);
             message(m, 3, |l| {
@@ -845,6 +868,7 @@ mod tests {
             samples: vec![Sample {
                 locations: vec![0, 1],
                 count: 3,
+                values: Vec::new(),
                 labels: Vec::new(),
             }],
             ..Default::default()
