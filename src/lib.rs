@@ -50,6 +50,7 @@ mod claim_pool;
 pub mod elf;
 pub mod error;
 pub mod format;
+pub mod heap;
 pub mod http;
 #[doc(hidden)]
 pub mod in_program;

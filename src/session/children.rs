@@ -75,12 +75,13 @@ pub fn install_fork_handlers() {
 }
 
 /// How many locks [`fork_locks`] holds: the DWARF unwinder's rbx-CFA cache is x86-64's alone.
-const FORK_LOCKS: usize = if cfg!(target_arch = "x86_64") { 13 } else { 12 };
+const FORK_LOCKS: usize = if cfg!(target_arch = "x86_64") { 14 } else { 13 };
 
 /// Every lock of cpuprof's that the child may take, outermost first.
 fn fork_locks() -> [&'static dyn ForkLock; FORK_LOCKS] {
     [
         global::fork_lock(),
+        crate::heap::dumps::fork_lock(),
         crate::writer::fork_locks()[0],
         crate::writer::fork_locks()[1],
         crate::sampler::thread_timers::fork_lock(),
@@ -136,6 +137,7 @@ extern "C" fn in_child() {
     let consistent = release_held();
     crate::sampler::signals::release_in_child();
     crate::unwind::safe_read::reopen_in_child();
+    crate::heap::dumps::in_forked_child();
     // What runs in the parent does not run here: its writer, its threadless file, its published
     // sampler state (handlers that were running in its other threads at the fork are gone).
     crate::writer::forget_in_child();

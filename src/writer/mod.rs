@@ -27,7 +27,7 @@
 mod contexts;
 pub mod epochs;
 mod launch;
-mod mappings;
+pub(crate) mod mappings;
 mod output;
 mod profile;
 mod sink;

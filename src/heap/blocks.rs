@@ -1,0 +1,169 @@
+//! The sampled blocks still allocated, by address, so that their `free` (or `realloc`) takes
+//! them out of the in-use counts. Every `free` of the program asks; almost every answer is
+//! "not sampled", and it is made cheap: a byte per bucket says how many sampled blocks the
+//! bucket holds (64 KiB in all, which stays in the caches), so an unsampled free reads that
+//! one byte. A bucket is one cache line of eight addresses, filled and emptied with CAS: no
+//! lock, no probing chains, nothing to rehash. A block that finds its bucket full is not
+//! tracked (counted in [`Blocks::untracked`]): it stays "in use" in the profile.
+//!
+//! Why this is sound without locks: a block is added after the allocator returned it and
+//! removed before it is given back, so its add happens before its removal (the program's
+//! own ordering between the allocating and the freeing thread), and its address cannot be
+//! handed out again while it is here.
+
+use super::mapped::Mapped;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+
+const BUCKETS: usize = 1 << 16;
+const WAYS: usize = 8;
+
+pub struct Blocks {
+    addresses: Mapped<AtomicU64>,
+    /// Per slot: `(site + 1) | size << 17`, 0 if unknown.
+    values: Mapped<AtomicU64>,
+    /// Occupied slots per bucket.
+    occupied: Mapped<AtomicU8>,
+    untracked: AtomicU64,
+}
+
+/// A removed block: where it was allocated and its size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Removed {
+    pub site: usize,
+    pub size: u64,
+}
+
+fn bucket_of(address: u64) -> usize {
+    // Allocations are 16-byte aligned at least: the low bits say nothing.
+    let h = (address >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (h >> 48) as usize & (BUCKETS - 1)
+}
+
+impl Blocks {
+    pub fn map() -> Option<Blocks> {
+        Some(Blocks {
+            addresses: Mapped::new(BUCKETS * WAYS)?,
+            values: Mapped::new(BUCKETS * WAYS)?,
+            occupied: Mapped::new(BUCKETS)?,
+            untracked: AtomicU64::new(0),
+        })
+    }
+
+    /// Forgets every block (a restarted profile).
+    pub fn clear(&self) {
+        self.addresses.clear();
+        self.values.clear();
+        self.occupied.clear();
+        self.untracked.store(0, Ordering::Relaxed);
+    }
+
+    fn count_of(&self, bucket: usize) -> &AtomicU8 {
+        &self.occupied[bucket]
+    }
+
+    /// Remembers the sampled block at `address` of `size` bytes, allocated at `site`.
+    /// Async-signal-safe.
+    pub fn add(&self, address: u64, size: u64, site: usize) {
+        let bucket = bucket_of(address);
+        for slot in bucket * WAYS..(bucket + 1) * WAYS {
+            if self.addresses[slot]
+                .compare_exchange(0, address, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+            {
+                let value = (site as u64 + 1) & 0x1_ffff | size.min(u64::MAX >> 17) << 17;
+                self.values[slot].store(value, Ordering::Relaxed);
+                self.count_of(bucket).fetch_add(1, Ordering::Release);
+                return;
+            }
+        }
+        self.untracked.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Takes the block at `address` out, if it was sampled. Async-signal-safe; the common
+    /// answer (`None`) reads one byte.
+    #[inline]
+    pub fn remove(&self, address: u64) -> Option<Removed> {
+        let bucket = bucket_of(address);
+        if self.count_of(bucket).load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        self.remove_from(bucket, address)
+    }
+
+    #[cold]
+    fn remove_from(&self, bucket: usize, address: u64) -> Option<Removed> {
+        for slot in bucket * WAYS..(bucket + 1) * WAYS {
+            let cell = &self.addresses[slot];
+            if cell.load(Ordering::Relaxed) != address {
+                continue;
+            }
+            let value = self.values[slot].swap(0, Ordering::Relaxed);
+            if cell.compare_exchange(address, 0, Ordering::Relaxed, Ordering::Relaxed).is_err() {
+                return None;
+            }
+            // A cleared table (restart) may read 0 here: never wrap below it.
+            let _ = self
+                .count_of(bucket)
+                .fetch_update(Ordering::Release, Ordering::Relaxed, |n| n.checked_sub(1));
+            let site = (value & 0x1_ffff) as usize;
+            return (site != 0).then(|| Removed {
+                site: site - 1,
+                size: value >> 17,
+            });
+        }
+        None
+    }
+
+    /// Sampled blocks that found their bucket full.
+    pub fn untracked(&self) -> u64 {
+        self.untracked.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adds_and_removes() {
+        let blocks = Blocks::map().unwrap();
+        blocks.add(0x1000, 64, 3);
+        assert_eq!(blocks.remove(0x2000), None);
+        assert_eq!(blocks.remove(0x1000), Some(Removed { site: 3, size: 64 }));
+        assert_eq!(blocks.remove(0x1000), None);
+    }
+
+    #[test]
+    fn a_full_bucket_counts_what_it_cannot_keep() {
+        let blocks = Blocks::map().unwrap();
+        // Addresses in one bucket: search for them.
+        let target = bucket_of(0x10);
+        let same: Vec<u64> = (1..).map(|i| i * 16).filter(|&a| bucket_of(a) == target).take(WAYS + 2).collect();
+        for &a in &same {
+            blocks.add(a, 16, 0);
+        }
+        assert_eq!(blocks.untracked(), 2);
+        for &a in &same[..WAYS] {
+            assert!(blocks.remove(a).is_some());
+        }
+        assert_eq!(blocks.count_of(target).load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn threads_add_and_remove_their_own_blocks() {
+        let blocks = Blocks::map().unwrap();
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let blocks = &blocks;
+                s.spawn(move || {
+                    for i in 0..20_000u64 {
+                        let a = (t << 40) | (i << 4);
+                        blocks.add(a, i, 1);
+                        assert_eq!(blocks.remove(a).map(|r| r.size), Some(i));
+                    }
+                });
+            }
+        });
+        assert_eq!(blocks.untracked(), 0);
+    }
+}

@@ -1,0 +1,189 @@
+//! Heap profiles written to files, as gperftools' heap profiler writes them:
+//! `HEAPPROFILE=prefix` (or `HeapProfilerStart(prefix)`) writes `prefix.0001.heap`,
+//! `prefix.0002.heap`, ... whenever about `HEAP_PROFILE_ALLOCATION_INTERVAL` bytes more were
+//! allocated (default 1 GiB), the memory in use grew `HEAP_PROFILE_INUSE_INTERVAL` bytes past
+//! its previous high (default 100 MiB), `HEAP_PROFILE_TIME_INTERVAL` seconds passed (default
+//! never), on `HeapProfilerDump`, and at the end. A forked child writes its own,
+//! `prefix_PID.0001.heap`, ....
+//!
+//! The triggers are checked when an allocation is sampled (gperftools checks them on every
+//! allocation): bytes are the samples' estimates, and a program that stops allocating
+//! writes nothing more until its end. The dump runs on the allocating thread, after the
+//! allocator returned and with that thread's sampling off, so the allocations it makes go
+//! straight to the allocator.
+
+use super::recorder;
+use crate::format::heap::HeapProfile;
+use crate::sync::Mutex;
+use crate::writer::mappings::SeenMappings;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// When to write the next file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Triggers {
+    /// Bytes allocated since the last file (0: never).
+    pub allocation: u64,
+    /// Growth of the bytes in use past the highest seen in a file (0: never).
+    pub inuse: u64,
+    /// Time since the last file (None: never).
+    pub time: Option<Duration>,
+}
+
+impl Default for Triggers {
+    /// gperftools' defaults.
+    fn default() -> Self {
+        Triggers {
+            allocation: 1 << 30,
+            inuse: 100 << 20,
+            time: None,
+        }
+    }
+}
+
+struct Files {
+    prefix: PathBuf,
+    pid: u32,
+    written: u32,
+    triggers: Triggers,
+    allocated_at_last: u64,
+    inuse_high: u64,
+    last_time: Instant,
+    mappings: SeenMappings,
+}
+
+static FILES: Mutex<Option<Files>> = Mutex::new(None);
+/// Whether files are being written (a load on the sampled path, before any lock).
+static WRITING: AtomicBool = AtomicBool::new(false);
+
+/// The file lock, held across `fork` (`session::children`).
+pub(crate) fn fork_lock() -> &'static dyn crate::sync::ForkLock {
+    &FILES
+}
+
+/// Starts a heap profile written to files named from `prefix`, sampling every `period` bytes.
+pub fn start(prefix: &Path, period: u64, triggers: Triggers) -> Result<(), String> {
+    let mut files = FILES.lock();
+    if files.is_some() || recorder::is_running() {
+        return Err("a heap profile is already running".into());
+    }
+    recorder::start(period).map_err(|e| e.to_string())?;
+    *files = Some(Files {
+        prefix: prefix.to_path_buf(),
+        pid: std::process::id(),
+        written: 0,
+        triggers,
+        allocated_at_last: 0,
+        inuse_high: 0,
+        last_time: Instant::now(),
+        mappings: SeenMappings::default(),
+    });
+    WRITING.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+/// Writes a file now, saying why on stderr (`reason`); the file's path.
+pub fn dump(reason: &str) -> Result<PathBuf, String> {
+    let mut files = FILES.lock();
+    let files = files.as_mut().ok_or("no heap profile is being written to files")?;
+    files.write(reason)
+}
+
+/// Writes the last file and stops the profile (the end of the process, `HeapProfilerStop`).
+pub fn stop() {
+    let mut guard = FILES.lock();
+    if let Some(files) = guard.as_mut() {
+        if recorder::is_running() {
+            if let Err(e) = files.write("at the end") {
+                crate::say!("cpuprof: heap profile: {e}");
+            }
+        }
+    }
+    *guard = None;
+    WRITING.store(false, Ordering::SeqCst);
+    recorder::stop();
+}
+
+/// Whether a profile is being written to files.
+pub fn is_writing() -> bool {
+    WRITING.load(Ordering::Relaxed)
+}
+
+/// Called after a sampled allocation: writes a file if a trigger fired. Never waits for the
+/// lock (another thread is writing).
+pub(super) fn after_sample() {
+    if !WRITING.load(Ordering::Relaxed) {
+        return;
+    }
+    let Some(mut guard) = FILES.try_lock() else { return };
+    let Some(files) = guard.as_mut() else { return };
+    if let Some(reason) = files.due() {
+        if let Err(e) = files.write(&reason) {
+            crate::say!("cpuprof: heap profile: {e}");
+        }
+    }
+}
+
+impl Files {
+    fn due(&self) -> Option<String> {
+        let (allocated, inuse) = recorder::estimated_bytes();
+        let t = self.triggers;
+        if t.allocation > 0 && allocated >= self.allocated_at_last.saturating_add(t.allocation) {
+            return Some(format!("{} MiB allocated cumulatively", allocated >> 20));
+        }
+        if t.inuse > 0 && inuse >= self.inuse_high.saturating_add(t.inuse) {
+            return Some(format!("{} MiB in use", inuse >> 20));
+        }
+        match t.time {
+            Some(every) if self.last_time.elapsed() >= every => Some(format!("{} s since the last", every.as_secs())),
+            _ => None,
+        }
+    }
+
+    fn path(&self) -> PathBuf {
+        let mut name = self.prefix.clone().into_os_string();
+        let pid = std::process::id();
+        if pid != self.pid {
+            name.push(format!("_{pid}"));
+        }
+        name.push(format!(".{:04}.heap", self.written + 1));
+        PathBuf::from(name)
+    }
+
+    fn write(&mut self, reason: &str) -> Result<PathBuf, String> {
+        let path = self.path();
+        let profile = current(&mut self.mappings);
+        let mut text = Vec::new();
+        profile.write_text(&mut text).map_err(|e| e.to_string())?;
+        let written = std::fs::File::create(&path).and_then(|mut f| f.write_all(&text));
+        written.map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        self.written += 1;
+        let (allocated, inuse) = recorder::estimated_bytes();
+        self.allocated_at_last = allocated;
+        self.inuse_high = self.inuse_high.max(inuse);
+        self.last_time = Instant::now();
+        crate::say!("cpuprof: heap profile {} ({reason})", path.display());
+        Ok(path)
+    }
+}
+
+/// The profile now, its maps with the build-ids of the code in them.
+pub fn current(mappings: &mut SeenMappings) -> HeapProfile {
+    let maps = crate::in_program::procfs::read_self_maps();
+    mappings.read_build_ids(&maps);
+    recorder::profile(mappings.complete(&maps))
+}
+
+/// In a forked child: its files are its own, numbered from 1 (see [`Files::path`]).
+/// Never waits: a lock the fork handlers could not take stays with a thread that is gone.
+pub(crate) fn in_forked_child() {
+    if let Some(files) = FILES.try_lock().as_mut().and_then(|g| g.as_mut()) {
+        if files.pid != std::process::id() {
+            files.written = 0;
+            files.allocated_at_last = 0;
+            files.inuse_high = 0;
+        }
+    }
+}

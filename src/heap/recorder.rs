@@ -1,0 +1,243 @@
+//! The process's heap profile while it runs: the sampled allocations' sites and the sampled
+//! blocks still allocated, and what the allocation path calls.
+//!
+//! Everything here that the allocation path calls ([`sampling_period`], [`record`],
+//! [`forget`]) obeys the signal handler's rules: no allocation, no lock, no system call on
+//! the common path, nothing that can panic. The tables are mapped when the first profile
+//! starts and stay mapped (a free in flight may be reading them); a restart clears them.
+
+use super::blocks::Blocks;
+use super::countdown::Countdown;
+use super::sites::{size_class, SiteCounts, Sites, MAX_DEPTH};
+use crate::format::heap::{unsample, HeapCounts, HeapKind, HeapProfile, HeapRecord};
+use crate::unwind::{self, Registers, StackReader, THREAD_STACKS};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+/// tcmalloc's and Go's default: one sample per 512 KiB allocated, on average.
+pub const DEFAULT_PERIOD: u64 = 512 * 1024;
+
+struct Tables {
+    sites: Sites,
+    blocks: Blocks,
+}
+
+static TABLES: OnceLock<Tables> = OnceLock::new();
+/// The tables once mapped, for the allocation path (a load, no `OnceLock` state machine).
+static TABLES_PTR: AtomicPtr<Tables> = AtomicPtr::new(std::ptr::null_mut());
+static RUNNING: AtomicBool = AtomicBool::new(false);
+static PERIOD: AtomicU64 = AtomicU64::new(DEFAULT_PERIOD);
+/// Estimates of the bytes allocated and freed since the start (each sample scaled back),
+/// for the dump triggers.
+static ALLOCATED: AtomicU64 = AtomicU64::new(0);
+static FREED: AtomicU64 = AtomicU64::new(0);
+
+/// Why a heap profile could not start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartError {
+    /// Its tables (about 40 MiB of address space, committed as used) could not be mapped.
+    NoMemory,
+    /// A profile is already running.
+    Running,
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::NoMemory => write!(f, "cannot map the heap profile's tables"),
+            StartError::Running => write!(f, "a heap profile is already running"),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
+fn tables() -> Option<&'static Tables> {
+    // SAFETY: set once from a `'static` OnceLock value, never freed.
+    unsafe { TABLES_PTR.load(Ordering::Acquire).as_ref() }
+}
+
+/// Starts sampling about one allocation per `period` bytes (at least 1: every allocation).
+/// A restart forgets the previous profile. Not for the allocation path.
+pub fn start(period: u64) -> Result<(), StartError> {
+    if RUNNING.load(Ordering::SeqCst) {
+        return Err(StartError::Running);
+    }
+    let tables = match TABLES.get() {
+        Some(t) => {
+            t.sites.clear();
+            t.blocks.clear();
+            t
+        }
+        None => {
+            let made = Tables {
+                sites: Sites::map().ok_or(StartError::NoMemory)?,
+                blocks: Blocks::map().ok_or(StartError::NoMemory)?,
+            };
+            TABLES.get_or_init(|| made)
+        }
+    };
+    TABLES_PTR.store(tables as *const Tables as *mut Tables, Ordering::Release);
+    // Stack memory of threads not yet known is read through /proc/self/mem.
+    let _ = unwind::safe_read::keep_open();
+    ALLOCATED.store(0, Ordering::Relaxed);
+    FREED.store(0, Ordering::Relaxed);
+    PERIOD.store(period.max(1), Ordering::Relaxed);
+    RUNNING.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+/// Stops sampling; the profile stays readable ([`profile`]) until the next start. Frees of
+/// blocks sampled before keep being counted.
+pub fn stop() {
+    RUNNING.store(false, Ordering::SeqCst);
+}
+
+/// Whether a heap profile is running.
+pub fn is_running() -> bool {
+    RUNNING.load(Ordering::Relaxed)
+}
+
+/// The mean bytes between samples while a profile runs. Async-signal-safe.
+#[inline(always)]
+pub fn sampling_period() -> Option<u64> {
+    if RUNNING.load(Ordering::Relaxed) {
+        Some(PERIOD.load(Ordering::Relaxed))
+    } else {
+        None
+    }
+}
+
+/// Counts an allocation of `size` bytes at `address` on the thread whose countdown is
+/// `countdown`: the common case is a subtraction and a compare; the sampled one walks the
+/// stack. `skip`: frames of the caller's own to leave out (this function's caller and
+/// those above it inside the profiler), so the chain begins where the program allocated.
+/// Async-signal-safe.
+#[inline(always)]
+pub fn allocated(countdown: &mut Countdown, address: *mut u8, size: usize, skip: usize) {
+    if address.is_null() || !countdown.take(size) {
+        return;
+    }
+    if let Some(period) = sampling_period() {
+        sample(countdown, address as u64, size, period, skip);
+    } else {
+        // Not running: the next allocation asks again.
+        countdown.left = 0;
+    }
+}
+
+#[inline(never)]
+#[cold]
+fn sample(countdown: &mut Countdown, address: u64, size: usize, period: u64, skip: usize) {
+    let regs = crate::arch::calling_registers();
+    if countdown.busy != 0 {
+        return;
+    }
+    countdown.busy = 1;
+    let seed = address ^ crate::unwind::thread_pointer().rotate_left(17);
+    if countdown.rearm(period, seed) {
+        record(regs, address, size as u64, period, skip + 1);
+        super::dumps::after_sample();
+    }
+    countdown.busy = 0;
+}
+
+/// Records the sampled block: its chain from `regs` (this frame and `skip` more left out).
+fn record(regs: Registers, address: u64, size: u64, period: u64, skip: usize) {
+    let Some(tables) = tables() else { return };
+    let mut frames = [0u64; MAX_DEPTH + 8];
+    let n = walk(regs, &mut frames);
+    let Some(chain) = frames.get_mut(skip.min(n)..n) else { return };
+    if let Some(first) = chain.first_mut() {
+        // A return address: readers keep the first address as it is, so name the call.
+        *first = first.saturating_sub(1);
+    }
+    if let Some(site) = tables.sites.entry(chain, size_class(size as usize)) {
+        tables.sites.allocated(site, size);
+        tables.blocks.add(address, size, site);
+    }
+    ALLOCATED.fetch_add(unsample(1, size, period).1, Ordering::Relaxed);
+}
+
+/// The chain at `regs`: walked as CPU samples are when a CPU profile runs (DWARF where it
+/// can), else by frame pointers.
+fn walk(regs: Registers, out: &mut [u64]) -> usize {
+    let n = crate::sampler::walk_outside_handler(regs, out);
+    if n > 0 {
+        return n;
+    }
+    let tp = unwind::thread_pointer();
+    let top = THREAD_STACKS.vouched_top(tp, regs.sp);
+    if top.is_none() {
+        THREAD_STACKS.request(tp, regs.sp);
+    }
+    let mut window = [0u64; 32];
+    unwind::walk(regs, &mut StackReader::new(regs.sp, top, &mut window), out)
+}
+
+/// Called before the block at `address` is given back (freed, or moved by `realloc`): if it
+/// was sampled, it is no longer in use. Async-signal-safe; an unsampled block costs a load
+/// and a byte read.
+#[inline(always)]
+pub fn forget(address: *mut u8) {
+    if address.is_null() {
+        return;
+    }
+    if let Some(tables) = tables() {
+        if let Some(removed) = tables.blocks.remove(address as u64) {
+            tables.sites.freed(removed.site, removed.size);
+            FREED.fetch_add(unsample(1, removed.size, PERIOD.load(Ordering::Relaxed)).1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Estimated bytes allocated since the start, and in use now (samples scaled back).
+pub fn estimated_bytes() -> (u64, u64) {
+    let (a, f) = (ALLOCATED.load(Ordering::Relaxed), FREED.load(Ordering::Relaxed));
+    (a, a.saturating_sub(f))
+}
+
+/// What the profile could not hold: samples whose site table was full, and sampled blocks
+/// whose free cannot be seen (their bucket was full).
+pub fn losses() -> (u64, u64) {
+    tables().map_or((0, 0), |t| (t.sites.dropped(), t.blocks.untracked()))
+}
+
+/// The profile so far, one line per call chain and size class (chains recorded twice
+/// merged), largest in use first, with the maps text `maps_text`. Not for the allocation
+/// path: it allocates.
+pub fn profile(maps_text: Vec<u8>) -> HeapProfile {
+    // Keyed by chain and size class: the class keeps the line's objects of about one size,
+    // which readers' scaling by the mean size needs (see `sites`).
+    let mut lines: HashMap<(Vec<u64>, u64), HeapCounts> = HashMap::new();
+    if let Some(tables) = tables() {
+        tables.sites.for_each(|chain, class, c| {
+            let line = lines.entry((chain.to_vec(), class)).or_default();
+            *line = line.plus(counts(c));
+        });
+    }
+    let mut records: Vec<HeapRecord> = lines
+        .into_iter()
+        .filter(|(_, c)| c.alloc_objects > 0)
+        .map(|((stack, _), counts)| HeapRecord { counts, stack })
+        .collect();
+    records.sort_by(|a, b| {
+        (b.counts.inuse_bytes, b.counts.alloc_bytes, &a.stack).cmp(&(a.counts.inuse_bytes, a.counts.alloc_bytes, &b.stack))
+    });
+    HeapProfile {
+        kind: HeapKind::Heap,
+        period: PERIOD.load(Ordering::Relaxed),
+        records,
+        maps_text,
+    }
+}
+
+fn counts(c: SiteCounts) -> HeapCounts {
+    HeapCounts {
+        inuse_objects: c.alloc_objects.saturating_sub(c.freed_objects),
+        inuse_bytes: c.alloc_bytes.saturating_sub(c.freed_bytes),
+        alloc_objects: c.alloc_objects,
+        alloc_bytes: c.alloc_bytes,
+    }
+}
