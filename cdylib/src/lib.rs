@@ -27,6 +27,8 @@
 //! `setfsgid`, `prctl(PR_SET_DUMPABLE, 0)`) first let a running wall-clock sampler keep what it
 //! will no longer be able to open (`cpuprof::wall::before_credential_change`).
 
+mod heap;
+
 use cpuprof_core::in_program::messages;
 use cpuprof_core::sampler::{signals, thread_timers, StartChain, ThreadFilter, ROOT_FRAMES};
 use cpuprof_core::session::options::{parse_frequency, WallBeside, DEFAULT_FREQUENCY, MAX_WALL_FREQUENCY};
@@ -73,6 +75,7 @@ fn load() {
     unsafe { cpuprof_set_before_thread_clone(before_thread_clone) };
     threadless::enable_deferral();
     autostart::start_from_environment();
+    heap::start_from_environment();
     cpuprof_core::http::serve_from_env();
     // SAFETY: registers a plain function to run at exit.
     unsafe { libc::atexit(at_exit) };
@@ -80,6 +83,7 @@ fn load() {
 
 extern "C" fn at_exit() {
     autostart::stop_at_exit();
+    heap::stop_at_exit();
 }
 
 fn start(fname: *const c_char, options: Options) -> c_int {

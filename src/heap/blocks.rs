@@ -98,7 +98,10 @@ impl Blocks {
                 continue;
             }
             let value = self.values[slot].swap(0, Ordering::Relaxed);
-            if cell.compare_exchange(address, 0, Ordering::Relaxed, Ordering::Relaxed).is_err() {
+            if cell
+                .compare_exchange(address, 0, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+            {
                 return None;
             }
             // A cleared table (restart) may read 0 here: never wrap below it.
@@ -138,7 +141,11 @@ mod tests {
         let blocks = Blocks::map().unwrap();
         // Addresses in one bucket: search for them.
         let target = bucket_of(0x10);
-        let same: Vec<u64> = (1..).map(|i| i * 16).filter(|&a| bucket_of(a) == target).take(WAYS + 2).collect();
+        let same: Vec<u64> = (1..)
+            .map(|i| i * 16)
+            .filter(|&a| bucket_of(a) == target)
+            .take(WAYS + 2)
+            .collect();
         for &a in &same {
             blocks.add(a, 16, 0);
         }

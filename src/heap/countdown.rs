@@ -74,7 +74,10 @@ mod tests {
                 }
             }
             let share = f64::from(sampled) / f64::from(n);
-            assert!((share - expect).abs() < 0.01 * expect.max(0.1), "{size}: {share} vs {expect}");
+            assert!(
+                (share - expect).abs() < 0.01 * expect.max(0.1),
+                "{size}: {share} vs {expect}"
+            );
         }
     }
 

@@ -187,3 +187,66 @@ pub(crate) fn in_forked_child() {
         }
     }
 }
+
+/// What `HEAPPROFILE` and its options ask for: the prefix, the sampling period
+/// (`HEAP_PROFILE_SAMPLE`, bytes, default 512 KiB) and the triggers
+/// (`HEAP_PROFILE_ALLOCATION_INTERVAL`, `HEAP_PROFILE_INUSE_INTERVAL` in bytes,
+/// `HEAP_PROFILE_TIME_INTERVAL` in seconds; 0 turns one off). `None` without `HEAPPROFILE`;
+/// a value that is not a number is an error naming it.
+pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Option<Result<(PathBuf, u64, Triggers), String>> {
+    let prefix = var("HEAPPROFILE").filter(|p| !p.trim().is_empty())?;
+    let number = |name: &str, default: u64| -> Result<u64, String> {
+        match var(name) {
+            None => Ok(default),
+            Some(v) if v.trim().is_empty() => Ok(default),
+            Some(v) => v
+                .trim()
+                .parse::<u64>()
+                .map_err(|_| format!("{name}={v}: not a whole number")),
+        }
+    };
+    let parsed = (|| {
+        let defaults = Triggers::default();
+        let period = number("HEAP_PROFILE_SAMPLE", super::DEFAULT_PERIOD)?;
+        let seconds = number("HEAP_PROFILE_TIME_INTERVAL", 0)?;
+        let triggers = Triggers {
+            allocation: number("HEAP_PROFILE_ALLOCATION_INTERVAL", defaults.allocation)?,
+            inuse: number("HEAP_PROFILE_INUSE_INTERVAL", defaults.inuse)?,
+            time: (seconds > 0).then(|| Duration::from_secs(seconds)),
+        };
+        Ok((PathBuf::from(prefix), period, triggers))
+    })();
+    Some(parsed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+    }
+
+    #[test]
+    fn options_from_the_environment() {
+        assert!(from_env(env(&[])).is_none());
+        let (prefix, period, t) = from_env(env(&[("HEAPPROFILE", "/tmp/x")])).unwrap().unwrap();
+        assert_eq!(
+            (prefix, period, t),
+            (PathBuf::from("/tmp/x"), 512 * 1024, Triggers::default())
+        );
+        let (_, period, t) = from_env(env(&[
+            ("HEAPPROFILE", "p"),
+            ("HEAP_PROFILE_SAMPLE", "4096"),
+            ("HEAP_PROFILE_INUSE_INTERVAL", "0"),
+            ("HEAP_PROFILE_TIME_INTERVAL", "5"),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!((period, t.inuse, t.time), (4096, 0, Some(Duration::from_secs(5))));
+        let err = from_env(env(&[("HEAPPROFILE", "p"), ("HEAP_PROFILE_SAMPLE", "lots")]))
+            .unwrap()
+            .unwrap_err();
+        assert!(err.contains("HEAP_PROFILE_SAMPLE=lots"), "{err}");
+    }
+}

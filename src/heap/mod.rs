@@ -72,6 +72,9 @@ thread_local! {
 /// out are always the same: itself and `Sampled`'s method.
 #[inline(never)]
 fn counted(address: *mut u8, size: usize) {
+    if !recorder::is_running() {
+        return;
+    }
     let _ = COUNTDOWN.try_with(|cell| {
         let mut countdown = cell.get();
         recorder::allocated(&mut countdown, address, size, 2);

@@ -94,49 +94,36 @@ pub fn stop() {
     RUNNING.store(false, Ordering::SeqCst);
 }
 
-/// Whether a heap profile is running.
+/// Whether a heap profile is running. Async-signal-safe: one load.
+#[inline(always)]
 pub fn is_running() -> bool {
     RUNNING.load(Ordering::Relaxed)
 }
 
-/// The mean bytes between samples while a profile runs. Async-signal-safe.
-#[inline(always)]
-pub fn sampling_period() -> Option<u64> {
-    if RUNNING.load(Ordering::Relaxed) {
-        Some(PERIOD.load(Ordering::Relaxed))
-    } else {
-        None
-    }
-}
-
 /// Counts an allocation of `size` bytes at `address` on the thread whose countdown is
-/// `countdown`: the common case is a subtraction and a compare; the sampled one walks the
-/// stack. `skip`: frames of the caller's own to leave out (this function's caller and
-/// those above it inside the profiler), so the chain begins where the program allocated.
-/// Async-signal-safe.
+/// `countdown`, while a profile runs (callers check [`is_running`] first, before touching
+/// the thread's countdown: with no profile running an allocation costs that one load). The
+/// common case is a subtraction and a compare; the sampled one walks the stack. `skip`:
+/// frames of the caller's own to leave out (its frame and those above it inside the
+/// profiler), so the chain begins where the program allocated. Async-signal-safe.
 #[inline(always)]
 pub fn allocated(countdown: &mut Countdown, address: *mut u8, size: usize, skip: usize) {
-    if address.is_null() || !countdown.take(size) {
-        return;
-    }
-    if let Some(period) = sampling_period() {
-        sample(countdown, address as u64, size, period, skip);
-    } else {
-        // Not running: the next allocation asks again.
-        countdown.left = 0;
+    if !address.is_null() && countdown.take(size) {
+        sample(countdown, address as u64, size, skip);
     }
 }
 
 #[inline(never)]
 #[cold]
-fn sample(countdown: &mut Countdown, address: u64, size: usize, period: u64, skip: usize) {
+fn sample(countdown: &mut Countdown, address: u64, size: usize, skip: usize) {
     let regs = crate::arch::calling_registers();
     if countdown.busy != 0 {
         return;
     }
     countdown.busy = 1;
+    let period = PERIOD.load(Ordering::Relaxed);
     let seed = address ^ crate::unwind::thread_pointer().rotate_left(17);
-    if countdown.rearm(period, seed) {
+    if countdown.rearm(period, seed) && is_running() {
         record(regs, address, size as u64, period, skip + 1);
         super::dumps::after_sample();
     }
@@ -148,7 +135,9 @@ fn record(regs: Registers, address: u64, size: u64, period: u64, skip: usize) {
     let Some(tables) = tables() else { return };
     let mut frames = [0u64; MAX_DEPTH + 8];
     let n = walk(regs, &mut frames);
-    let Some(chain) = frames.get_mut(skip.min(n)..n) else { return };
+    let Some(chain) = frames.get_mut(skip.min(n)..n) else {
+        return;
+    };
     if let Some(first) = chain.first_mut() {
         // A return address: readers keep the first address as it is, so name the call.
         *first = first.saturating_sub(1);
@@ -187,7 +176,10 @@ pub fn forget(address: *mut u8) {
     if let Some(tables) = tables() {
         if let Some(removed) = tables.blocks.remove(address as u64) {
             tables.sites.freed(removed.site, removed.size);
-            FREED.fetch_add(unsample(1, removed.size, PERIOD.load(Ordering::Relaxed)).1, Ordering::Relaxed);
+            FREED.fetch_add(
+                unsample(1, removed.size, PERIOD.load(Ordering::Relaxed)).1,
+                Ordering::Relaxed,
+            );
         }
     }
 }
@@ -223,7 +215,11 @@ pub fn profile(maps_text: Vec<u8>) -> HeapProfile {
         .map(|((stack, _), counts)| HeapRecord { counts, stack })
         .collect();
     records.sort_by(|a, b| {
-        (b.counts.inuse_bytes, b.counts.alloc_bytes, &a.stack).cmp(&(a.counts.inuse_bytes, a.counts.alloc_bytes, &b.stack))
+        (b.counts.inuse_bytes, b.counts.alloc_bytes, &a.stack).cmp(&(
+            a.counts.inuse_bytes,
+            a.counts.alloc_bytes,
+            &b.stack,
+        ))
     });
     HeapProfile {
         kind: HeapKind::Heap,

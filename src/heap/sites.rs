@@ -90,7 +90,11 @@ impl Sites {
             let cell = &self.keys[slot];
             match cell.load(Ordering::Acquire) {
                 k if k == key && self.row_is(slot, chain, class) => return Some(slot),
-                EMPTY if cell.compare_exchange(EMPTY, BUSY, Ordering::Acquire, Ordering::Relaxed).is_ok() => {
+                EMPTY
+                    if cell
+                        .compare_exchange(EMPTY, BUSY, Ordering::Acquire, Ordering::Relaxed)
+                        .is_ok() =>
+                {
                     self.write_row(slot, chain, class);
                     cell.store(key, Ordering::Release);
                     return Some(slot);
@@ -117,7 +121,10 @@ impl Sites {
     fn row_is(&self, slot: usize, chain: &[u64], class: u64) -> bool {
         let row = self.row(slot);
         row[0].load(Ordering::Relaxed) == (chain.len() as u64 | class << 32)
-            && row[1..].iter().zip(chain).all(|(cell, &pc)| cell.load(Ordering::Relaxed) == pc)
+            && row[1..]
+                .iter()
+                .zip(chain)
+                .all(|(cell, &pc)| cell.load(Ordering::Relaxed) == pc)
     }
 
     /// Counts an allocation of `size` bytes at entry `slot`. Async-signal-safe.
@@ -197,7 +204,10 @@ mod tests {
         seen.sort_by_key(|(_, c)| std::cmp::Reverse(c.alloc_objects));
         assert_eq!(seen.len(), 2);
         assert_eq!(seen[0].0, vec![1, 2, 3]);
-        assert_eq!((seen[0].1.alloc_objects, seen[0].1.alloc_bytes, seen[0].1.freed_bytes), (2, 200, 100));
+        assert_eq!(
+            (seen[0].1.alloc_objects, seen[0].1.alloc_bytes, seen[0].1.freed_bytes),
+            (2, 200, 100)
+        );
         sites.clear();
         let mut n = 0;
         sites.for_each(|_, _, _| n += 1);

@@ -1,0 +1,520 @@
+//! The allocator interposers behind heap profiles, gperftools' `heap-profiler.h` API, and
+//! `HEAPPROFILE` at load.
+//!
+//! `malloc`, `free`, `calloc`, `realloc`, `reallocarray`, `memalign`, `posix_memalign`,
+//! `aligned_alloc`, `valloc`, `pvalloc` and `malloc_usable_size` are the program's: each
+//! passes the call to the allocator the program would have used without us (the next
+//! definition after libcpuprof.so: glibc's, or jemalloc's or mimalloc's preloaded after us),
+//! and counts it on the way back ([`cpuprof_core::heap::recorder`]). C++'s `operator new` and
+//! `delete` reach them through libstdc++. With no heap profile running an allocation costs one
+//! load more, a free one load more until a heap profile has started; while one runs, an
+//! unsampled allocation a thread-local subtraction and a compare, a free of an unsampled block
+//! one byte read.
+//!
+//! Finding the next allocator needs `dlsym`, which itself allocates (and calls `calloc`):
+//! while the first thread to allocate is resolving them, its own allocations come from a
+//! small static arena ([`bootstrap`]) that is never given back; other threads wait the few
+//! microseconds it takes. Blocks from the arena are recognised by address in `free`,
+//! `realloc` and `malloc_usable_size`.
+
+use cpuprof_core::heap::{dumps, recorder, Countdown};
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+extern "C" {
+    /// The calling thread's countdown, in initial-exec TLS (src/heap_thread.c).
+    fn cpuprof_heap_countdown() -> *mut Countdown;
+}
+
+/// Counts the allocation of `size` bytes at `p` if a heap profile runs. Inlined into each
+/// interposer, so a sampled chain leaves out exactly one frame of ours besides the
+/// recorder's: the interposer's.
+#[inline(always)]
+fn count(p: *mut c_void, size: usize) {
+    if recorder::is_running() {
+        // SAFETY: the thread's own TLS block, valid for the thread's life.
+        let countdown = unsafe { &mut *cpuprof_heap_countdown() };
+        recorder::allocated(countdown, p.cast(), size, 1);
+    }
+}
+
+#[inline(always)]
+fn forget(p: *mut c_void) {
+    recorder::forget(p.cast());
+}
+
+/// The functions of the allocator underneath, by index into [`REAL`].
+#[derive(Clone, Copy)]
+enum Fn {
+    Malloc,
+    Free,
+    Calloc,
+    Realloc,
+    Reallocarray,
+    Memalign,
+    PosixMemalign,
+    AlignedAlloc,
+    Valloc,
+    Pvalloc,
+    UsableSize,
+}
+
+const NAMES: [&CStr; 11] = [
+    c"malloc",
+    c"free",
+    c"calloc",
+    c"realloc",
+    c"reallocarray",
+    c"memalign",
+    c"posix_memalign",
+    c"aligned_alloc",
+    c"valloc",
+    c"pvalloc",
+    c"malloc_usable_size",
+];
+
+static REAL: [AtomicUsize; 11] = [const { AtomicUsize::new(0) }; 11];
+const UNRESOLVED: u32 = 0;
+const RESOLVING: u32 = 1;
+const RESOLVED: u32 = 2;
+static STATE: AtomicU32 = AtomicU32::new(UNRESOLVED);
+/// The thread pointer of the thread resolving, whose allocations meanwhile use the arena.
+static RESOLVER: AtomicU64 = AtomicU64::new(0);
+
+/// The address of the allocator's function `f`; 0 while this thread is finding them (the
+/// caller then uses [`bootstrap`]) or where the allocator has no such function.
+#[inline(always)]
+fn real(f: Fn) -> usize {
+    let addr = REAL[f as usize].load(Ordering::Acquire);
+    if addr != 0 {
+        return addr;
+    }
+    resolve();
+    REAL[f as usize].load(Ordering::Acquire)
+}
+
+#[cold]
+fn resolve() {
+    let me = cpuprof_core::unwind::thread_pointer();
+    match STATE.compare_exchange(UNRESOLVED, RESOLVING, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => {
+            RESOLVER.store(me, Ordering::Release);
+            for (i, name) in NAMES.iter().enumerate() {
+                // SAFETY: dlsym with a NUL-terminated name; RTLD_NEXT skips this library.
+                let addr = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
+                REAL[i].store(if addr != 0 { addr } else { glibc(i) }, Ordering::Release);
+            }
+            STATE.store(RESOLVED, Ordering::Release);
+        }
+        Err(RESOLVED) => {}
+        Err(_) if RESOLVER.load(Ordering::Acquire) == me => {}
+        Err(_) => {
+            while STATE.load(Ordering::Acquire) != RESOLVED {
+                std::hint::spin_loop();
+                // SAFETY: no arguments.
+                unsafe { libc::sched_yield() };
+            }
+        }
+    }
+}
+
+/// glibc's own entry points, where `dlsym` found nothing (a static program has none to find).
+fn glibc(i: usize) -> usize {
+    extern "C" {
+        fn __libc_malloc(size: usize) -> *mut c_void;
+        fn __libc_free(p: *mut c_void);
+        fn __libc_calloc(n: usize, size: usize) -> *mut c_void;
+        fn __libc_realloc(p: *mut c_void, size: usize) -> *mut c_void;
+        fn __libc_memalign(align: usize, size: usize) -> *mut c_void;
+    }
+    match i {
+        0 => __libc_malloc as *const () as usize,
+        1 => __libc_free as *const () as usize,
+        2 => __libc_calloc as *const () as usize,
+        3 => __libc_realloc as *const () as usize,
+        5 => __libc_memalign as *const () as usize,
+        _ => 0,
+    }
+}
+
+/// Allocations made while the allocator is being found: a static arena, bump-allocated, each
+/// block after a 16-byte header holding its size. Never freed (a few hundred bytes, once).
+mod bootstrap {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    const SIZE: usize = 64 * 1024;
+    #[repr(C, align(4096))]
+    struct Arena([u8; SIZE]);
+    static mut ARENA: Arena = Arena([0; SIZE]);
+    static USED: AtomicUsize = AtomicUsize::new(0);
+
+    fn base() -> usize {
+        std::ptr::addr_of_mut!(ARENA) as usize
+    }
+
+    /// `size` zeroed bytes aligned to `align` (a power of two up to 4096); null when the arena
+    /// is spent.
+    pub fn alloc(size: usize, align: usize) -> *mut u8 {
+        let align = align.clamp(16, 4096);
+        let mut used = USED.load(Ordering::Relaxed);
+        loop {
+            let start = (base() + used + 16).next_multiple_of(align);
+            let Some(end) = start.checked_add(size).filter(|&e| e <= base() + SIZE) else {
+                return std::ptr::null_mut();
+            };
+            match USED.compare_exchange(used, end - base(), Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => {
+                    // SAFETY: [start - 16, end) lies in the arena and is ours alone now.
+                    unsafe { ((start - 16) as *mut usize).write(size) };
+                    return start as *mut u8;
+                }
+                Err(now) => used = now,
+            }
+        }
+    }
+
+    /// The size of the arena's block at `p`, if `p` is one.
+    pub fn size_of(p: *mut u8) -> Option<usize> {
+        let p = p as usize;
+        // SAFETY: a block's header precedes it inside the arena.
+        (p >= base() + 16 && p < base() + SIZE).then(|| unsafe { ((p - 16) as *const usize).read() })
+    }
+}
+
+macro_rules! call {
+    ($f:expr, fn($($t:ty),*) -> $r:ty, $($arg:expr),*) => {{
+        let addr = real($f);
+        // SAFETY: `addr` is the allocator's function of that name, with C's signature.
+        unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> $r>(addr)($($arg),*) }
+    }};
+}
+
+/// Interposed: the allocator's `malloc`, counted.
+#[no_mangle]
+pub extern "C" fn malloc(size: usize) -> *mut c_void {
+    let p = if real(Fn::Malloc) == 0 {
+        bootstrap::alloc(size, 16).cast()
+    } else {
+        call!(Fn::Malloc, fn(usize) -> *mut c_void, size)
+    };
+    count(p, size);
+    p
+}
+
+/// Interposed: the allocator's `calloc`, counted.
+#[no_mangle]
+pub extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
+    let Some(bytes) = n.checked_mul(size) else {
+        // SAFETY: the thread's errno.
+        unsafe { *libc::__errno_location() = libc::ENOMEM };
+        return std::ptr::null_mut();
+    };
+    let p = if real(Fn::Calloc) == 0 {
+        // The arena is zeroed and never reused.
+        bootstrap::alloc(bytes, 16).cast()
+    } else {
+        call!(Fn::Calloc, fn(usize, usize) -> *mut c_void, n, size)
+    };
+    count(p, bytes);
+    p
+}
+
+/// Interposed: the allocator's `free`; a sampled block leaves the profile's in-use counts.
+///
+/// # Safety
+/// `p` is null or a block from this allocator, not yet freed.
+#[no_mangle]
+pub unsafe extern "C" fn free(p: *mut c_void) {
+    // Without the allocator's free (this thread is finding it), a block not from the arena
+    // cannot exist yet.
+    if p.is_null() || bootstrap::size_of(p.cast()).is_some() || real(Fn::Free) == 0 {
+        return;
+    }
+    forget(p);
+    call!(Fn::Free, fn(*mut c_void) -> (), p)
+}
+
+/// Interposed: the allocator's `realloc`; counted as the free of the old block and the
+/// allocation of the new one.
+///
+/// # Safety
+/// As `realloc`.
+#[no_mangle]
+pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+    if let Some(old) = bootstrap::size_of(p.cast()) {
+        let q = malloc(size);
+        if !q.is_null() {
+            // SAFETY: both blocks hold at least the bytes copied.
+            unsafe { std::ptr::copy_nonoverlapping(p.cast::<u8>(), q.cast::<u8>(), old.min(size)) };
+        }
+        return q;
+    }
+    if real(Fn::Realloc) == 0 {
+        // This thread is finding the allocator: only `realloc(NULL, n)` can come here.
+        return if p.is_null() {
+            malloc(size)
+        } else {
+            std::ptr::null_mut()
+        };
+    }
+    // Before the call: once it returns, the old address may be another thread's new block.
+    forget(p);
+    let q = call!(Fn::Realloc, fn(*mut c_void, usize) -> *mut c_void, p, size);
+    count(q, size);
+    q
+}
+
+/// Interposed: the allocator's `reallocarray` (glibc 2.26), or `realloc` with the
+/// multiplication checked where the allocator has none.
+///
+/// # Safety
+/// As `reallocarray`.
+#[no_mangle]
+pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void {
+    let Some(bytes) = n.checked_mul(size) else {
+        // SAFETY: the thread's errno.
+        unsafe { *libc::__errno_location() = libc::ENOMEM };
+        return std::ptr::null_mut();
+    };
+    if real(Fn::Reallocarray) == 0 || bootstrap::size_of(p.cast()).is_some() {
+        // SAFETY: the caller's contract.
+        return unsafe { realloc(p, bytes) };
+    }
+    forget(p);
+    let q = call!(
+        Fn::Reallocarray,
+        fn(*mut c_void, usize, usize) -> *mut c_void,
+        p,
+        n,
+        size
+    );
+    count(q, bytes);
+    q
+}
+
+/// An aligned allocation through the allocator's function `f` (which takes the alignment
+/// first), or from the arena while the allocator is being found.
+#[inline(always)]
+fn aligned(f: Fn, align: usize, size: usize) -> *mut c_void {
+    let p = if real(f) == 0 {
+        if real(Fn::Malloc) == 0 {
+            bootstrap::alloc(size, align).cast()
+        } else {
+            // SAFETY: the thread's errno.
+            unsafe { *libc::__errno_location() = libc::ENOSYS };
+            std::ptr::null_mut()
+        }
+    } else {
+        call!(f, fn(usize, usize) -> *mut c_void, align, size)
+    };
+    count(p, size);
+    p
+}
+
+/// Interposed: the allocator's `memalign`, counted.
+#[no_mangle]
+pub extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
+    aligned(Fn::Memalign, align, size)
+}
+
+/// Interposed: the allocator's `aligned_alloc`, counted.
+#[no_mangle]
+pub extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
+    aligned(Fn::AlignedAlloc, align, size)
+}
+
+/// Interposed: the allocator's `posix_memalign`, counted when it succeeds; its error
+/// (EINVAL, ENOMEM) is returned unchanged.
+///
+/// # Safety
+/// `out` is valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
+    if real(Fn::PosixMemalign) == 0 {
+        let p = bootstrap::alloc(size, align);
+        if p.is_null() {
+            return libc::ENOMEM;
+        }
+        // SAFETY: the caller's contract.
+        unsafe { *out = p.cast() };
+        return 0;
+    }
+    let status = call!(
+        Fn::PosixMemalign,
+        fn(*mut *mut c_void, usize, usize) -> c_int,
+        out,
+        align,
+        size
+    );
+    if status == 0 {
+        // SAFETY: the allocator wrote the block's address.
+        count(unsafe { *out }, size);
+    }
+    status
+}
+
+/// Interposed: the allocator's `valloc`, counted.
+#[no_mangle]
+pub extern "C" fn valloc(size: usize) -> *mut c_void {
+    let p = call_unary(Fn::Valloc, size);
+    count(p, size);
+    p
+}
+
+/// Interposed: the allocator's `pvalloc`, counted (as the page multiple it allocates).
+#[no_mangle]
+pub extern "C" fn pvalloc(size: usize) -> *mut c_void {
+    let p = call_unary(Fn::Pvalloc, size);
+    // SAFETY: no arguments.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    count(p, size.max(1).next_multiple_of(page));
+    p
+}
+
+fn call_unary(f: Fn, size: usize) -> *mut c_void {
+    if real(f) == 0 {
+        // SAFETY: the thread's errno.
+        unsafe { *libc::__errno_location() = libc::ENOMEM };
+        return std::ptr::null_mut();
+    }
+    call!(f, fn(usize) -> *mut c_void, size)
+}
+
+/// Interposed: the allocator's `malloc_usable_size` (the arena's blocks: their size).
+///
+/// # Safety
+/// `p` is null or a live block of this allocator.
+#[no_mangle]
+pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
+    if let Some(size) = bootstrap::size_of(p.cast()) {
+        return size;
+    }
+    if real(Fn::UsableSize) == 0 {
+        return 0;
+    }
+    call!(Fn::UsableSize, fn(*mut c_void) -> usize, p)
+}
+
+/// Whether the program's `malloc` is this library's: where another allocator comes first
+/// (preloaded before libcpuprof.so, or the program's own), no allocation passes here.
+fn malloc_is_ours() -> bool {
+    // SAFETY: dlsym with a constant NUL-terminated name.
+    let first = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"malloc".as_ptr()) } as usize;
+    first == malloc as *const () as usize
+}
+
+fn start_files(prefix: &std::path::Path, period: u64, triggers: dumps::Triggers) -> bool {
+    if !malloc_is_ours() {
+        cpuprof_core::say!(
+            "cpuprof: heap profile off: the program's malloc is not libcpuprof.so's (another allocator \
+             comes first: put libcpuprof.so first in LD_PRELOAD, or link it before the allocator)"
+        );
+        return false;
+    }
+    match dumps::start(prefix, period, triggers) {
+        Ok(()) => true,
+        Err(e) => {
+            cpuprof_core::say!("cpuprof: heap profile: {e}");
+            false
+        }
+    }
+}
+
+/// `HEAPPROFILE=prefix` at load: a heap profile written as gperftools' heap profiler writes it.
+pub fn start_from_environment() {
+    match dumps::from_env(|k| std::env::var(k).ok()) {
+        None => {}
+        Some(Err(e)) => cpuprof_core::say!("cpuprof: {e}; the program continues without a heap profile"),
+        Some(Ok((prefix, period, triggers))) if start_files(&prefix, period, triggers) => {
+            cpuprof_core::say!(
+                "cpuprof: heap profile to {}.NNNN.heap, one sample per {period} bytes",
+                prefix.display()
+            );
+        }
+        Some(Ok(_)) => {}
+    }
+}
+
+/// The end of the process: the last file.
+pub fn stop_at_exit() {
+    if dumps::is_writing() {
+        dumps::stop();
+    }
+}
+
+/// gperftools' `HeapProfilerStart`: heap profiles written to `prefix.NNNN.heap`, sampled and
+/// triggered as `HEAPPROFILE`'s options say.
+///
+/// # Safety
+/// `prefix` is a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn HeapProfilerStart(prefix: *const c_char) {
+    if prefix.is_null() {
+        cpuprof_core::say!("cpuprof: HeapProfilerStart: prefix is NULL");
+        return;
+    }
+    // SAFETY: the caller passes a NUL-terminated string.
+    let prefix = unsafe { CStr::from_ptr(prefix) }.to_string_lossy().into_owned();
+    let var = |k: &str| match k {
+        "HEAPPROFILE" => Some(prefix.clone()),
+        _ => std::env::var(k).ok(),
+    };
+    match dumps::from_env(var) {
+        Some(Ok((prefix, period, triggers))) => {
+            start_files(&prefix, period, triggers);
+        }
+        Some(Err(e)) => cpuprof_core::say!("cpuprof: HeapProfilerStart: {e}"),
+        None => cpuprof_core::say!("cpuprof: HeapProfilerStart: empty prefix"),
+    }
+}
+
+/// gperftools' `HeapProfilerStop`: writes the last file and stops.
+#[no_mangle]
+pub extern "C" fn HeapProfilerStop() {
+    dumps::stop();
+}
+
+/// gperftools' `IsHeapProfilerRunning`.
+#[no_mangle]
+pub extern "C" fn IsHeapProfilerRunning() -> c_int {
+    c_int::from(recorder::is_running())
+}
+
+/// gperftools' `HeapProfilerDump`: writes a file now, `reason` (may be NULL) said on stderr.
+///
+/// # Safety
+/// `reason` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn HeapProfilerDump(reason: *const c_char) {
+    let reason = if reason.is_null() {
+        "HeapProfilerDump".into()
+    } else {
+        // SAFETY: the caller passes a NUL-terminated string.
+        unsafe { CStr::from_ptr(reason) }.to_string_lossy()
+    };
+    if let Err(e) = dumps::dump(&reason) {
+        cpuprof_core::say!("cpuprof: HeapProfilerDump: {e}");
+    }
+}
+
+/// gperftools' `GetHeapProfile`: the profile so far as text, in a block from `malloc` that the
+/// caller frees; NULL if no heap profile runs.
+#[no_mangle]
+pub extern "C" fn GetHeapProfile() -> *mut c_char {
+    if !recorder::is_running() {
+        return std::ptr::null_mut();
+    }
+    let mut text = Vec::new();
+    if cpuprof_core::heap::profile().write_text(&mut text).is_err() {
+        return std::ptr::null_mut();
+    }
+    let out = malloc(text.len() + 1).cast::<u8>();
+    if !out.is_null() {
+        // SAFETY: `out` holds text.len() + 1 bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr(), out, text.len());
+            out.add(text.len()).write(0);
+        }
+    }
+    out.cast()
+}
