@@ -268,3 +268,95 @@ fn nothing_without_heapprofile() {
     let status = Command::new("ls").arg(&dir).output().unwrap();
     assert!(!String::from_utf8_lossy(&status.stdout).contains(".heap"));
 }
+
+fn get(address: &str, target: &str) -> (u16, Vec<u8>) {
+    http_exchange(
+        address,
+        format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+        std::time::Duration::from_secs(60),
+    )
+}
+
+/// The endpoint samples the heap of a preloaded program (no HEAPPROFILE needed): `/pprof/heap`
+/// and `/debug/pprof/heap` give the known answer to google-pprof and go tool pprof,
+/// `/debug/pprof/allocs` defaults to allocated bytes, `/pprof/growth` first shows what is in
+/// use, then (nothing allocated since) nothing.
+#[test]
+fn http_endpoint_known_answer() {
+    use std::io::BufRead;
+    let dir = scratch_dir("heap_http");
+    let program = compile_c(
+        &dir,
+        "heap_known.c",
+        "heap_known",
+        &["-O2", "-fno-omit-frame-pointer"],
+        false,
+    );
+    let _alone = alone();
+    let mut server = HttpChild::start(&program, &[ROUNDS, "serve"], &[]);
+    let mut line = String::new();
+    std::io::BufReader::new(server.child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let [alloc_a, alloc_b, inuse_a, inuse_b] = truth(line.as_bytes());
+
+    let (status, text) = get(&server.address, "/pprof/heap");
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&text));
+    let legacy = dir.join("endpoint.heap");
+    std::fs::write(&legacy, &text).unwrap();
+    let g = google_pprof_bytes(&program, &legacy, "inuse_space", 3);
+    assert_within("/pprof/heap, google-pprof, big_a", g["big_a"], inuse_a);
+    assert_within("/pprof/heap, google-pprof, big_b", g["big_b"], inuse_b);
+
+    let (status, pb) = get(&server.address, "/debug/pprof/heap");
+    assert_eq!(status, 200);
+    let proto = dir.join("heap.pb.gz");
+    std::fs::write(&proto, &pb).unwrap();
+    let g = go_pprof_bytes(&program, proto.to_str().unwrap(), "inuse_space", 3);
+    assert_within("/debug/pprof/heap, go tool pprof, big_b in use", g["big_b"], inuse_b);
+    let g = go_pprof_bytes(&program, proto.to_str().unwrap(), "alloc_space", 3);
+    assert_within("/debug/pprof/heap, go tool pprof, big_a allocated", g["big_a"], alloc_a);
+    assert_within("/debug/pprof/heap, go tool pprof, big_b allocated", g["big_b"], alloc_b);
+
+    let (status, pb) = get(&server.address, "/debug/pprof/allocs");
+    assert_eq!(status, 200);
+    let allocs = dir.join("allocs.pb.gz");
+    std::fs::write(&allocs, &pb).unwrap();
+    let top = run_ok(
+        Path::new("go"),
+        &[
+            "tool",
+            "pprof",
+            "-top",
+            program.to_str().unwrap(),
+            allocs.to_str().unwrap(),
+        ],
+        &[("HOME", std::env::temp_dir().to_str().unwrap())],
+    );
+    let top = String::from_utf8_lossy(&top.stdout);
+    assert!(top.contains("Type: alloc_space"), "{top}");
+
+    let (status, grown) = get(&server.address, "/pprof/growth");
+    assert_eq!(status, 200);
+    let grown = HeapProfile::parse(&grown).unwrap();
+    let total: u64 = grown.records.iter().map(|r| r.counts.inuse_bytes).sum();
+    assert_within("growth since the start", total as f64, inuse_a + inuse_b);
+    let (_, again) = get(&server.address, "/pprof/growth");
+    assert!(HeapProfile::parse(&again).unwrap().records.is_empty());
+
+    let (out, _) = server.finish();
+    assert!(out.status.success());
+}
+
+/// Without the endpoint's sampling, the heap endpoints say how to get one.
+#[test]
+fn http_endpoint_without_heap_sampling() {
+    let _alone = alone();
+    let server = HttpChild::start(Path::new("sleep"), &["60"], &[("CPUPROF_HEAP", "0")]);
+    let (status, body) = get(&server.address, "/pprof/heap");
+    assert_eq!(status, 409);
+    assert!(String::from_utf8_lossy(&body).contains("HEAPPROFILE"));
+    let mut child = server.child;
+    child.kill().unwrap();
+    child.wait().unwrap();
+}

@@ -420,10 +420,22 @@ fn start_files(prefix: &std::path::Path, period: u64, triggers: dumps::Triggers)
     }
 }
 
-/// `HEAPPROFILE=prefix` at load: a heap profile written as gperftools' heap profiler writes it.
+/// `HEAPPROFILE=prefix` at load: a heap profile written as gperftools' heap profiler writes it;
+/// `CPUPROF_HEAP=1` (or the HTTP endpoint, unless `CPUPROF_HEAP=0`): sampled for the endpoint.
 pub fn start_from_environment() {
-    match dumps::from_env(|k| std::env::var(k).ok()) {
-        None => {}
+    let var = |k: &str| std::env::var(k).ok();
+    match dumps::from_env(var) {
+        None => match dumps::sampling_from_env(var) {
+            None => {}
+            Some(Err(e)) => cpuprof_core::say!("cpuprof: {e}; the program continues without a heap profile"),
+            Some(Ok(period)) => {
+                if !malloc_is_ours() {
+                    cpuprof_core::say!("cpuprof: heap profile off: the program's malloc is not libcpuprof.so's");
+                } else if let Err(e) = recorder::start(period) {
+                    cpuprof_core::say!("cpuprof: heap profile: {e}");
+                }
+            }
+        },
         Some(Err(e)) => cpuprof_core::say!("cpuprof: {e}; the program continues without a heap profile"),
         Some(Ok((prefix, period, triggers))) if start_files(&prefix, period, triggers) => {
             cpuprof_core::say!(

@@ -273,57 +273,83 @@ impl HeapProfile {
     /// `inuse_objects`, `inuse_space` (the last the default), each line scaled back with
     /// [`unsample`], period type `space/bytes`. Addresses are named by `frames` (empty: left
     /// to the reader); `build_id` gives the id of an object the profile recorded none for.
-    pub fn to_pprof(
-        &self,
-        mut frames: impl FnMut(u64) -> Vec<Frame>,
-        mut build_id: impl FnMut(&str) -> String,
-    ) -> Pprof {
-        let maps = self.maps();
-        let mut pprof = Pprof {
-            kind: "space",
-            values: HeapValue::ALL
-                .iter()
-                .map(|v| (v.name(), if v.is_bytes() { "bytes" } else { "count" }))
-                .collect(),
-            period_ns: self.period,
-            ..Pprof::default()
-        };
-        let mapping_of_entry;
-        (pprof.mappings, mapping_of_entry) = super::pprof::mappings_of(&maps, &mut build_id);
-        let mut location_of: HashMap<u64, usize> = HashMap::new();
+    pub fn to_pprof(&self, frames: impl FnMut(u64) -> Vec<Frame>, build_id: impl FnMut(&str) -> String) -> Pprof {
         let period = if self.kind == HeapKind::Heap { self.period } else { 1 };
-        for record in &self.records {
-            let locations = record
-                .stack
-                .iter()
-                .enumerate()
-                .map(|(i, &pc)| {
-                    let addr = if i == 0 { pc } else { pc.saturating_sub(1) };
-                    *location_of.entry(addr).or_insert_with(|| {
-                        let mapping = maps
-                            .entries
-                            .iter()
-                            .position(|e| e.contains(addr) && e.is_executable())
-                            .and_then(|i| mapping_of_entry.get(&i).copied());
-                        pprof.locations.push(Location {
-                            address: addr,
-                            mapping,
-                            frames: frames(addr),
-                        });
-                        pprof.locations.len() - 1
-                    })
-                })
-                .collect();
-            let scaled = record.counts.unsampled(period);
-            pprof.samples.push(Sample {
-                locations,
-                count: 0,
-                values: HeapValue::ALL.iter().map(|&v| scaled.get(v)).collect(),
-                labels: Vec::new(),
-            });
-        }
-        pprof
+        let values = self.records.iter().map(|r| {
+            let scaled = r.counts.unsampled(period);
+            (r.stack.as_slice(), HeapValue::ALL.map(|v| scaled.get(v) as i64))
+        });
+        heap_pprof(&self.maps(), self.period, values, frames, build_id)
     }
+
+    /// Each distinct call chain's four values ([`HeapValue::ALL`] order), scaled back and
+    /// summed over its lines.
+    pub fn by_stack(&self) -> HashMap<Vec<u64>, [i64; 4]> {
+        let period = if self.kind == HeapKind::Heap { self.period } else { 1 };
+        let mut out: HashMap<Vec<u64>, [i64; 4]> = HashMap::new();
+        for r in &self.records {
+            let scaled = r.counts.unsampled(period);
+            let sum = out.entry(r.stack.clone()).or_default();
+            for (s, v) in sum.iter_mut().zip(HeapValue::ALL) {
+                *s = s.saturating_add(scaled.get(v) as i64);
+            }
+        }
+        out
+    }
+}
+
+/// A heap profile in pprof's terms from its mapped objects and its samples: each a call chain
+/// (innermost first, the first address kept, the others moved onto their call) and its four
+/// values in [`HeapValue::ALL`] order, already scaled (negative in a delta).
+pub fn heap_pprof<'a>(
+    maps: &Maps,
+    period: u64,
+    samples: impl Iterator<Item = (&'a [u64], [i64; 4])>,
+    mut frames: impl FnMut(u64) -> Vec<Frame>,
+    mut build_id: impl FnMut(&str) -> String,
+) -> Pprof {
+    let mut pprof = Pprof {
+        kind: "space",
+        values: HeapValue::ALL
+            .iter()
+            .map(|v| (v.name(), if v.is_bytes() { "bytes" } else { "count" }))
+            .collect(),
+        period_ns: period,
+        ..Pprof::default()
+    };
+    let mapping_of_entry;
+    (pprof.mappings, mapping_of_entry) = super::pprof::mappings_of(maps, &mut build_id);
+    let mut location_of: HashMap<u64, usize> = HashMap::new();
+    for (stack, values) in samples {
+        let locations = stack
+            .iter()
+            .enumerate()
+            .map(|(i, &pc)| {
+                let addr = if i == 0 { pc } else { pc.saturating_sub(1) };
+                *location_of.entry(addr).or_insert_with(|| {
+                    let mapping = maps
+                        .entries
+                        .iter()
+                        .position(|e| e.contains(addr) && e.is_executable())
+                        .and_then(|i| mapping_of_entry.get(&i).copied());
+                    pprof.locations.push(Location {
+                        address: addr,
+                        mapping,
+                        frames: frames(addr),
+                    });
+                    pprof.locations.len() - 1
+                })
+            })
+            .collect();
+        pprof.samples.push(Sample {
+            locations,
+            count: 0,
+            // Protobuf's int64 varint: two's complement as a u64.
+            values: values.iter().map(|&v| v as u64).collect(),
+            labels: Vec::new(),
+        });
+    }
+    pprof
 }
 
 fn write_counts(out: &mut impl Write, c: HeapCounts) -> io::Result<()> {

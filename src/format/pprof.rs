@@ -122,6 +122,8 @@ pub struct Pprof {
     /// samples carry [`Sample::values`]; the last is the readers' default. Empty for CPU and
     /// wall-clock profiles (`samples/count` and `cpu|wall/nanoseconds`).
     pub values: Vec<(&'static str, &'static str)>,
+    /// The type readers show unless told otherwise (`default_sample_type`); empty: the last.
+    pub default_value: &'static str,
     /// Start of the profile, nanoseconds since the epoch (0: unknown).
     pub time_ns: u64,
     /// How long the profile ran, in nanoseconds (0: unknown).
@@ -266,13 +268,18 @@ impl Pprof {
             let mapping = location.mapping.map_or(0, |x| x as u64 + 1);
             location_message(&mut out, i, mapping, location.address, &lines);
         }
+        let default_value = if self.default_value.is_empty() {
+            0
+        } else {
+            strings.id(self.default_value)
+        };
         tail_of_message(
             &mut out,
             &mut strings,
             &function_list,
             &self.comments,
             (self.time_ns, self.duration_ns),
-            kind_unit,
+            (kind_unit, default_value),
             self.period_ns,
         );
         out
@@ -484,7 +491,7 @@ impl<'m, W: Write> PprofWriter<'m, W> {
             &function_list,
             &self.comments,
             (0, 0),
-            self.kind_unit,
+            (self.kind_unit, 0),
             self.period_ns,
         );
         self.out.write_all(&out)?;
@@ -620,14 +627,15 @@ fn location_message(out: &mut Vec<u8>, i: usize, mapping: u64, address: u64, lin
     });
 }
 
-/// Functions, the string table, time and duration, the period and the comments.
+/// Functions, the string table, time and duration, the period, the comments and the default
+/// sample type (a string id, 0 for none).
 fn tail_of_message(
     out: &mut Vec<u8>,
     strings: &mut StringTable,
     function_list: &[(u64, u64, u64)],
     comments: &[String],
     (time_ns, duration_ns): (u64, u64),
-    (cpu, nanoseconds): (u64, u64),
+    ((cpu, nanoseconds), default_value): ((u64, u64), u64),
     period_ns: u64,
 ) {
     for &(id, name, file) in function_list {
@@ -655,6 +663,7 @@ fn tail_of_message(
         key(out, 13, 0);
         varint(out, comment);
     }
+    uint(out, 14, default_value);
 }
 
 /// pprof's string table: index 0 is the empty string.

@@ -195,16 +195,7 @@ pub(crate) fn in_forked_child() {
 /// a value that is not a number is an error naming it.
 pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Option<Result<(PathBuf, u64, Triggers), String>> {
     let prefix = var("HEAPPROFILE").filter(|p| !p.trim().is_empty())?;
-    let number = |name: &str, default: u64| -> Result<u64, String> {
-        match var(name) {
-            None => Ok(default),
-            Some(v) if v.trim().is_empty() => Ok(default),
-            Some(v) => v
-                .trim()
-                .parse::<u64>()
-                .map_err(|_| format!("{name}={v}: not a whole number")),
-        }
-    };
+    let number = |name: &str, default: u64| number_from_env(&var, name, default);
     let parsed = (|| {
         let defaults = Triggers::default();
         let period = number("HEAP_PROFILE_SAMPLE", super::DEFAULT_PERIOD)?;
@@ -217,6 +208,29 @@ pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Option<Result<(PathBuf,
         Ok((PathBuf::from(prefix), period, triggers))
     })();
     Some(parsed)
+}
+
+/// The whole number `name` holds, `default` when unset or empty.
+fn number_from_env(var: &impl Fn(&str) -> Option<String>, name: &str, default: u64) -> Result<u64, String> {
+    match var(name) {
+        None => Ok(default),
+        Some(v) if v.trim().is_empty() => Ok(default),
+        Some(v) => v
+            .trim()
+            .parse::<u64>()
+            .map_err(|_| format!("{name}={v}: not a whole number")),
+    }
+}
+
+/// Whether to sample the heap without writing files (for the HTTP endpoint): `CPUPROF_HEAP=1`,
+/// or `CPUPROF_HTTP` set and `CPUPROF_HEAP` not `0`; then the period (`HEAP_PROFILE_SAMPLE`).
+pub fn sampling_from_env(var: impl Fn(&str) -> Option<String>) -> Option<Result<u64, String>> {
+    let set = |k: &str| var(k).filter(|v| !v.trim().is_empty());
+    let wanted = match set("CPUPROF_HEAP") {
+        Some(v) => v.trim() != "0",
+        None => set("CPUPROF_HTTP").is_some(),
+    };
+    wanted.then(|| number_from_env(&var, "HEAP_PROFILE_SAMPLE", super::DEFAULT_PERIOD))
 }
 
 #[cfg(test)]
@@ -248,5 +262,19 @@ mod tests {
             .unwrap()
             .unwrap_err();
         assert!(err.contains("HEAP_PROFILE_SAMPLE=lots"), "{err}");
+    }
+
+    #[test]
+    fn sampling_for_the_endpoint() {
+        assert_eq!(sampling_from_env(env(&[])), None);
+        assert_eq!(sampling_from_env(env(&[("CPUPROF_HTTP", "0")])), Some(Ok(512 * 1024)));
+        assert_eq!(
+            sampling_from_env(env(&[("CPUPROF_HTTP", "0"), ("CPUPROF_HEAP", "0")])),
+            None
+        );
+        assert_eq!(
+            sampling_from_env(env(&[("CPUPROF_HEAP", "1"), ("HEAP_PROFILE_SAMPLE", "100")])),
+            Some(Ok(100))
+        );
     }
 }

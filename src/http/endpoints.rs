@@ -21,12 +21,8 @@ pub(crate) const MAX_SECONDS: u64 = 300;
 
 /// Profiles other programs ask for that cpuprof does not take.
 const UNSUPPORTED: &[&str] = &[
-    "/pprof/heap",
-    "/pprof/growth",
     "/pprof/contention",
     "/pprof/pmuprofile",
-    "/debug/pprof/heap",
-    "/debug/pprof/allocs",
     "/debug/pprof/block",
     "/debug/pprof/mutex",
     "/debug/pprof/goroutine",
@@ -41,8 +37,15 @@ pub(crate) fn handle(req: &Request, client_gone: ClientWatch) -> Response {
     match (req.method.as_str(), req.path.as_str()) {
         (_, path) if UNSUPPORTED.contains(&path) => Response::text(
             501,
-            format!("{path}: not supported; cpuprof takes CPU profiles only (/pprof/profile, /debug/pprof/profile)"),
+            format!(
+                "{path}: not supported; cpuprof takes CPU and heap profiles (/pprof/profile, /pprof/heap, \
+                 /pprof/growth, /debug/pprof/profile, /debug/pprof/heap, /debug/pprof/allocs)"
+            ),
         ),
+        ("GET", "/pprof/heap") => super::heap::text(),
+        ("GET", "/pprof/growth") => super::heap::growth(),
+        ("GET", "/debug/pprof/heap") => super::heap::protobuf(req, false, client_gone),
+        ("GET", "/debug/pprof/allocs") => super::heap::protobuf(req, true, client_gone),
         ("GET", "/pprof/profile") => profile(req, Encoding::Legacy, client_gone),
         ("GET", "/debug/pprof/profile") => profile(req, Encoding::Protobuf, client_gone),
         // go tool pprof asks `<profile URL>/../symbol` for names of mappings the profile has none
@@ -52,13 +55,23 @@ pub(crate) fn handle(req: &Request, client_gone: ClientWatch) -> Response {
         ("GET", "/pprof/symbol" | "/debug/pprof/symbol") => Response::text(200, "num_symbols: 1"),
         ("POST", "/pprof/symbol" | "/debug/pprof/symbol") => symbols(&req.body),
         ("GET", "/pprof/cmdline") => cmdline(),
-        (_, "/pprof/profile" | "/debug/pprof/profile" | "/pprof/cmdline") => method_not_allowed("GET"),
+        (
+            _,
+            "/pprof/profile"
+            | "/debug/pprof/profile"
+            | "/pprof/cmdline"
+            | "/pprof/heap"
+            | "/pprof/growth"
+            | "/debug/pprof/heap"
+            | "/debug/pprof/allocs",
+        ) => method_not_allowed("GET"),
         (_, "/pprof/symbol" | "/debug/pprof/symbol") => method_not_allowed("GET, POST"),
         (_, path) => Response::text(
             404,
             format!(
                 "{path}: no such endpoint; try /pprof/profile?seconds=N, /debug/pprof/profile?seconds=N, \
-                 /pprof/symbol, /debug/pprof/symbol, /pprof/cmdline"
+                 /pprof/heap, /pprof/growth, /debug/pprof/heap, /debug/pprof/allocs, /pprof/symbol, \
+                 /debug/pprof/symbol, /pprof/cmdline"
             ),
         ),
     }
@@ -130,7 +143,7 @@ fn profile(req: &Request, encoding: Encoding, client_gone: ClientWatch) -> Respo
     }
 }
 
-pub(crate) fn parse_seconds(value: Option<&str>) -> Result<u64, String> {
+pub(super) fn parse_seconds(value: Option<&str>) -> Result<u64, String> {
     let Some(value) = value else { return Ok(DEFAULT_SECONDS) };
     match value.parse::<u64>() {
         Ok(s) if (1..=MAX_SECONDS).contains(&s) => Ok(s),
@@ -283,7 +296,7 @@ mod tests {
         assert_eq!(handle(&get("/pprof/symbol?seconds=2")).body, b"num_symbols: 1\n");
         let cmdline = String::from_utf8(handle(&get("/pprof/cmdline")).body).unwrap();
         assert!(cmdline.lines().next().is_some_and(|l| !l.is_empty()), "{cmdline}");
-        for path in ["/pprof/heap", "/pprof/growth", "/pprof/contention", "/pprof/pmuprofile"] {
+        for path in ["/pprof/contention", "/pprof/pmuprofile"] {
             let r = handle(&get(path));
             assert_eq!(r.status, 501, "{path}");
             assert!(String::from_utf8_lossy(&r.body).contains("not supported"));

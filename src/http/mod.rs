@@ -45,6 +45,7 @@
 
 mod endpoints;
 mod follow;
+mod heap;
 mod request;
 
 pub use follow::{STANDBY_RETRY, TREE_VAR};

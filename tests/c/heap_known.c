@@ -2,7 +2,8 @@
  * sizes from 16 B to 1 MiB (the same sequence of sizes, a's three times over); half of
  * big_b's blocks are freed, none of big_a's. Prints the truth:
  *   alloc a=<bytes> b=<bytes> inuse a=<bytes> b=<bytes>
- * Argument: the number of rounds (default 40). */
+ * Arguments: the number of rounds (default 40); `serve`: then wait until stdin closes, the
+ * blocks still held (for the HTTP endpoint's heap profiles). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,5 +64,10 @@ int main(int argc, char **argv) {
   }
   printf("alloc a=%llu b=%llu inuse a=%llu b=%llu\n", alloc_a, alloc_b, inuse_a, inuse_b);
   fflush(stdout);
+  if (argc > 2 && strcmp(argv[2], "serve") == 0) {
+    char buf[64];
+    while (fread(buf, 1, sizeof buf, stdin) > 0) {
+    }
+  }
   return 0;
 }
