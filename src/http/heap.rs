@@ -114,6 +114,9 @@ pub(super) fn growth() -> Response {
     r
 }
 
+/// A call chain and its four values.
+type StackValues = (Vec<u64>, [i64; 4]);
+
 /// `/debug/pprof/heap` (`allocs`: `/debug/pprof/allocs`, alloc_space the default).
 pub(super) fn protobuf(req: &Request, allocs: bool, client_gone: ClientWatch) -> Response {
     if !heap::is_running() {
@@ -128,7 +131,7 @@ pub(super) fn protobuf(req: &Request, allocs: bool, client_gone: ClientWatch) ->
     };
     let started = SystemTime::now();
     let first = heap::profile();
-    let (profile, values): (HeapProfile, Vec<(Vec<u64>, [i64; 4])>) = match seconds {
+    let (profile, values): (HeapProfile, Vec<StackValues>) = match seconds {
         None => {
             let values = first.by_stack().into_iter().collect();
             (first, values)
