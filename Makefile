@@ -9,7 +9,8 @@
 #       programs linked with -lcpuprof load) and libcpuprof.so (what -lcpuprof finds)
 #   $(LIBDIR)/libcpuprof.a                 static linking (README.md, "Installing (C and C++)")
 #   $(LIBDIR)/pkgconfig/cpuprof.pc         pkg-config --cflags --libs cpuprof
-#   $(INCLUDEDIR)/gperftools/profiler.h, $(INCLUDEDIR)/cpuprof.h
+#   $(INCLUDEDIR)/gperftools/profiler.h, $(INCLUDEDIR)/gperftools/heap-profiler.h,
+#   $(INCLUDEDIR)/cpuprof.h
 #   $(BINDIR)/cpuprof                      `cpuprof record` preloads ../lib/libcpuprof.so from
 #                                          there (another LIBDIR: set CPUPROF_LIB)
 #
@@ -55,6 +56,7 @@ install:
 	ln -sf libcpuprof.so.$(MAJOR) '$(DESTDIR)$(LIBDIR)/libcpuprof.so'
 	install -D -m 644 '$(BUILD_DIR)/libcpuprof.a' '$(DESTDIR)$(LIBDIR)/libcpuprof.a'
 	install -D -m 644 include/gperftools/profiler.h '$(DESTDIR)$(INCLUDEDIR)/gperftools/profiler.h'
+	install -D -m 644 include/gperftools/heap-profiler.h '$(DESTDIR)$(INCLUDEDIR)/gperftools/heap-profiler.h'
 	install -D -m 644 include/cpuprof.h '$(DESTDIR)$(INCLUDEDIR)/cpuprof.h'
 	install -D -m 755 '$(BUILD_DIR)/cpuprof' '$(DESTDIR)$(BINDIR)/cpuprof'
 	install -d '$(DESTDIR)$(PKGCONFIGDIR)'
@@ -67,6 +69,6 @@ uninstall:
 	rm -f '$(DESTDIR)$(LIBDIR)/libcpuprof.so.$(VERSION)' '$(DESTDIR)$(LIBDIR)/libcpuprof.so.$(MAJOR)' \
 	    '$(DESTDIR)$(LIBDIR)/libcpuprof.so' '$(DESTDIR)$(LIBDIR)/libcpuprof.a' \
 	    '$(DESTDIR)$(PKGCONFIGDIR)/cpuprof.pc' '$(DESTDIR)$(INCLUDEDIR)/gperftools/profiler.h' \
-	    '$(DESTDIR)$(INCLUDEDIR)/cpuprof.h' '$(DESTDIR)$(BINDIR)/cpuprof'
+	    '$(DESTDIR)$(INCLUDEDIR)/gperftools/heap-profiler.h' '$(DESTDIR)$(INCLUDEDIR)/cpuprof.h' '$(DESTDIR)$(BINDIR)/cpuprof'
 	rmdir '$(DESTDIR)$(INCLUDEDIR)/gperftools' 2>/dev/null || true
 	$(RUN_LDCONFIG)

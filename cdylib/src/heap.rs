@@ -18,6 +18,7 @@
 //! `realloc` and `malloc_usable_size`.
 
 use cpuprof_core::heap::{dumps, recorder, Countdown};
+use cpuprof_core::in_program::messages;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
@@ -397,13 +398,22 @@ pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
 
 /// Whether the program's `malloc` is this library's: where another allocator comes first
 /// (preloaded before libcpuprof.so, or the program's own), no allocation passes here.
+/// Compared by object, through `dladdr`: taking `malloc`'s address here would itself go
+/// through the symbol table and name the first definition, whichever it is.
 fn malloc_is_ours() -> bool {
+    fn object_of(addr: *const c_void) -> Option<usize> {
+        // SAFETY: dladdr writes the struct we pass; zeroed is a valid initial value.
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        // SAFETY: any address may be asked about.
+        (unsafe { libc::dladdr(addr, &mut info) } != 0).then_some(info.dli_fbase as usize)
+    }
     // SAFETY: dlsym with a constant NUL-terminated name.
-    let first = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"malloc".as_ptr()) } as usize;
-    first == malloc as *const () as usize
+    let first = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"malloc".as_ptr()) };
+    let ours = object_of(malloc_is_ours as *const c_void);
+    !first.is_null() && ours.is_some() && object_of(first) == ours
 }
 
-fn start_files(prefix: &std::path::Path, period: u64, triggers: dumps::Triggers) -> bool {
+fn start_files(prefix: &std::path::Path, period: u64, triggers: dumps::Triggers, use_pid: bool) -> bool {
     if !malloc_is_ours() {
         cpuprof_core::say!(
             "cpuprof: heap profile off: the program's malloc is not libcpuprof.so's (another allocator \
@@ -411,7 +421,7 @@ fn start_files(prefix: &std::path::Path, period: u64, triggers: dumps::Triggers)
         );
         return false;
     }
-    match dumps::start(prefix, period, triggers) {
+    match dumps::start(prefix, period, triggers, use_pid) {
         Ok(()) => true,
         Err(e) => {
             cpuprof_core::say!("cpuprof: heap profile: {e}");
@@ -437,13 +447,25 @@ pub fn start_from_environment() {
             }
         },
         Some(Err(e)) => cpuprof_core::say!("cpuprof: {e}; the program continues without a heap profile"),
-        Some(Ok((prefix, period, triggers))) if start_files(&prefix, period, triggers) => {
+        Some(Ok((prefix, period, triggers))) => {
+            // Programs this one starts inherit HEAPPROFILE: they write `prefix_PID` files
+            // rather than overwrite ours (set only when absent, as CPUPROFILE_USE_PID is).
+            let use_pid = var("HEAPPROFILE_USE_PID").is_some();
+            if !use_pid {
+                std::env::set_var("HEAPPROFILE_USE_PID", "1");
+            }
+            // And they keep quiet (`in_program::messages`), unless a CPU profile named the root.
+            if var(messages::ROOT_PID_VARIABLE).is_none() {
+                std::env::set_var(messages::ROOT_PID_VARIABLE, std::process::id().to_string());
+            }
+            if !start_files(&prefix, period, triggers, use_pid) {
+                return;
+            }
             cpuprof_core::say!(
                 "cpuprof: heap profile to {}.NNNN.heap, one sample per {period} bytes",
                 prefix.display()
             );
         }
-        Some(Ok(_)) => {}
     }
 }
 
@@ -473,7 +495,7 @@ pub unsafe extern "C" fn HeapProfilerStart(prefix: *const c_char) {
     };
     match dumps::from_env(var) {
         Some(Ok((prefix, period, triggers))) => {
-            start_files(&prefix, period, triggers);
+            start_files(&prefix, period, triggers, false);
         }
         Some(Err(e)) => cpuprof_core::say!("cpuprof: HeapProfilerStart: {e}"),
         None => cpuprof_core::say!("cpuprof: HeapProfilerStart: empty prefix"),

@@ -4,13 +4,13 @@
 //! allocated (default 1 GiB), the memory in use grew `HEAP_PROFILE_INUSE_INTERVAL` bytes past
 //! its previous high (default 100 MiB), `HEAP_PROFILE_TIME_INTERVAL` seconds passed (default
 //! never), on `HeapProfilerDump`, and at the end. A forked child writes its own,
-//! `prefix_PID.0001.heap`, ....
+//! `prefix_PID.0001.heap`, ..., and so does a program started by a profiled one (it inherits
+//! `HEAPPROFILE`; the first process sets `HEAPPROFILE_USE_PID` for those it starts).
 //!
-//! The triggers are checked when an allocation is sampled (gperftools checks them on every
-//! allocation): bytes are the samples' estimates, and a program that stops allocating
-//! writes nothing more until its end. The dump runs on the allocating thread, after the
-//! allocator returned and with that thread's sampling off, so the allocations it makes go
-//! straight to the allocator.
+//! The triggers are checked every 100 ms by the heap profile's thread (`poller`; gperftools
+//! checks them on every allocation, and writes the file from inside it): bytes are the
+//! samples' estimates, and one file may cover several intervals crossed within 100 ms. A
+//! forked child, which has no such thread, writes at its end and on `HeapProfilerDump`.
 
 use super::recorder;
 use crate::format::heap::HeapProfile;
@@ -46,6 +46,8 @@ impl Default for Triggers {
 struct Files {
     prefix: PathBuf,
     pid: u32,
+    /// Files named `prefix_PID.NNNN.heap` (a process started by a profiled one).
+    use_pid: bool,
     written: u32,
     triggers: Triggers,
     allocated_at_last: u64,
@@ -63,8 +65,9 @@ pub(crate) fn fork_lock() -> &'static dyn crate::sync::ForkLock {
     &FILES
 }
 
-/// Starts a heap profile written to files named from `prefix`, sampling every `period` bytes.
-pub fn start(prefix: &Path, period: u64, triggers: Triggers) -> Result<(), String> {
+/// Starts a heap profile written to files named from `prefix` (`prefix_PID` with `use_pid`),
+/// sampling every `period` bytes.
+pub fn start(prefix: &Path, period: u64, triggers: Triggers, use_pid: bool) -> Result<(), String> {
     let mut files = FILES.lock();
     if files.is_some() || recorder::is_running() {
         return Err("a heap profile is already running".into());
@@ -73,6 +76,7 @@ pub fn start(prefix: &Path, period: u64, triggers: Triggers) -> Result<(), Strin
     *files = Some(Files {
         prefix: prefix.to_path_buf(),
         pid: std::process::id(),
+        use_pid,
         written: 0,
         triggers,
         allocated_at_last: 0,
@@ -94,8 +98,11 @@ pub fn dump(reason: &str) -> Result<PathBuf, String> {
 /// Writes the last file and stops the profile (the end of the process, `HeapProfilerStop`).
 pub fn stop() {
     let mut guard = FILES.lock();
+    let running = recorder::is_running();
+    // First: what the last file's writing allocates is not the program's.
+    recorder::stop();
     if let Some(files) = guard.as_mut() {
-        if recorder::is_running() {
+        if running {
             if let Err(e) = files.write("at the end") {
                 crate::say!("cpuprof: heap profile: {e}");
             }
@@ -103,7 +110,6 @@ pub fn stop() {
     }
     *guard = None;
     WRITING.store(false, Ordering::SeqCst);
-    recorder::stop();
 }
 
 /// Whether a profile is being written to files.
@@ -111,9 +117,9 @@ pub fn is_writing() -> bool {
     WRITING.load(Ordering::Relaxed)
 }
 
-/// Called after a sampled allocation: writes a file if a trigger fired. Never waits for the
-/// lock (another thread is writing).
-pub(super) fn after_sample() {
+/// Called by the poller: writes a file if one is due. Never waits for the lock (a file is
+/// being written).
+pub(super) fn when_due() {
     if !WRITING.load(Ordering::Relaxed) {
         return;
     }
@@ -145,7 +151,7 @@ impl Files {
     fn path(&self) -> PathBuf {
         let mut name = self.prefix.clone().into_os_string();
         let pid = std::process::id();
-        if pid != self.pid {
+        if self.use_pid || pid != self.pid {
             name.push(format!("_{pid}"));
         }
         name.push(format!(".{:04}.heap", self.written + 1));
@@ -153,6 +159,7 @@ impl Files {
     }
 
     fn write(&mut self, reason: &str) -> Result<PathBuf, String> {
+        super::walker::refresh_if_stale(super::recorder::WALK_DEPTH);
         let path = self.path();
         let profile = current(&mut self.mappings);
         let mut text = Vec::new();
@@ -179,6 +186,7 @@ pub fn current(mappings: &mut SeenMappings) -> HeapProfile {
 /// In a forked child: its files are its own, numbered from 1 (see [`Files::path`]).
 /// Never waits: a lock the fork handlers could not take stays with a thread that is gone.
 pub(crate) fn in_forked_child() {
+    super::poller::in_forked_child();
     if let Some(files) = FILES.try_lock().as_mut().and_then(|g| g.as_mut()) {
         if files.pid != std::process::id() {
             files.written = 0;

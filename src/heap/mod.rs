@@ -21,8 +21,10 @@ mod blocks;
 pub mod countdown;
 pub mod dumps;
 mod mapped;
+mod poller;
 pub mod recorder;
 mod sites;
+mod walker;
 
 pub use countdown::Countdown;
 pub use recorder::{is_running, losses, start, stop, StartError, DEFAULT_PERIOD};

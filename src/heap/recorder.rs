@@ -10,10 +10,13 @@ use super::blocks::Blocks;
 use super::countdown::Countdown;
 use super::sites::{size_class, SiteCounts, Sites, MAX_DEPTH};
 use crate::format::heap::{unsample, HeapCounts, HeapKind, HeapProfile, HeapRecord};
-use crate::unwind::{self, Registers, StackReader, THREAD_STACKS};
+use crate::unwind::{self, Registers};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::OnceLock;
+
+/// Frames a walk keeps: the chain's and the few of ours above it.
+pub(super) const WALK_DEPTH: usize = MAX_DEPTH + 8;
 
 /// tcmalloc's and Go's default: one sample per 512 KiB allocated, on average.
 pub const DEFAULT_PERIOD: u64 = 512 * 1024;
@@ -79,12 +82,14 @@ pub fn start(period: u64) -> Result<(), StartError> {
         }
     };
     TABLES_PTR.store(tables as *const Tables as *mut Tables, Ordering::Release);
+    super::walker::refresh_if_stale(WALK_DEPTH);
     // Stack memory of threads not yet known is read through /proc/self/mem.
     let _ = unwind::safe_read::keep_open();
     ALLOCATED.store(0, Ordering::Relaxed);
     FREED.store(0, Ordering::Relaxed);
     PERIOD.store(period.max(1), Ordering::Relaxed);
     RUNNING.store(true, Ordering::SeqCst);
+    super::poller::ensure_running();
     Ok(())
 }
 
@@ -120,12 +125,16 @@ fn sample(countdown: &mut Countdown, address: u64, size: usize, skip: usize) {
     if countdown.busy != 0 {
         return;
     }
+    if crate::in_program::thread::is_own_thread() {
+        // cpuprof's threads' allocations are not the program's: never sampled.
+        countdown.left = i64::MAX / 2;
+        return;
+    }
     countdown.busy = 1;
     let period = PERIOD.load(Ordering::Relaxed);
     let seed = address ^ crate::unwind::thread_pointer().rotate_left(17);
     if countdown.rearm(period, seed) && is_running() {
         record(regs, address, size as u64, period, skip + 1);
-        super::dumps::after_sample();
     }
     countdown.busy = 0;
 }
@@ -133,8 +142,8 @@ fn sample(countdown: &mut Countdown, address: u64, size: usize, skip: usize) {
 /// Records the sampled block: its chain from `regs` (this frame and `skip` more left out).
 fn record(regs: Registers, address: u64, size: u64, period: u64, skip: usize) {
     let Some(tables) = tables() else { return };
-    let mut frames = [0u64; MAX_DEPTH + 8];
-    let n = walk(regs, &mut frames);
+    let mut frames = [0u64; WALK_DEPTH];
+    let n = super::walker::walk(regs, &mut frames);
     let Some(chain) = frames.get_mut(skip.min(n)..n) else {
         return;
     };
@@ -147,22 +156,6 @@ fn record(regs: Registers, address: u64, size: u64, period: u64, skip: usize) {
         tables.blocks.add(address, size, site);
     }
     ALLOCATED.fetch_add(unsample(1, size, period).1, Ordering::Relaxed);
-}
-
-/// The chain at `regs`: walked as CPU samples are when a CPU profile runs (DWARF where it
-/// can), else by frame pointers.
-fn walk(regs: Registers, out: &mut [u64]) -> usize {
-    let n = crate::sampler::walk_outside_handler(regs, out);
-    if n > 0 {
-        return n;
-    }
-    let tp = unwind::thread_pointer();
-    let top = THREAD_STACKS.vouched_top(tp, regs.sp);
-    if top.is_none() {
-        THREAD_STACKS.request(tp, regs.sp);
-    }
-    let mut window = [0u64; 32];
-    unwind::walk(regs, &mut StackReader::new(regs.sp, top, &mut window), out)
 }
 
 /// Called before the block at `address` is given back (freed, or moved by `realloc`): if it

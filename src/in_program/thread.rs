@@ -10,6 +10,7 @@
 
 use crate::sync::Mutex;
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::{Builder, JoinHandle};
 
 /// Thread ids of cpuprof's running threads.
@@ -25,6 +26,17 @@ pub fn own_tids() -> Vec<libc::pid_t> {
     OWN.lock().clone()
 }
 
+/// The thread pointers of cpuprof's running threads, for [`is_own_thread`] (0: a free slot;
+/// threads beyond the slots are not found there).
+static OWN_TPS: [AtomicU64; 16] = [const { AtomicU64::new(0) }; 16];
+
+/// Whether the calling thread is one of cpuprof's: its allocations are not the program's (the
+/// heap profile leaves them out). Async-signal-safe: a scan of 16 words.
+pub fn is_own_thread() -> bool {
+    let tp = crate::arch::thread_pointer();
+    OWN_TPS.iter().any(|slot| slot.load(Ordering::Relaxed) == tp)
+}
+
 /// The calling thread's entry in [`OWN`], for as long as it lives.
 struct OwnThread(libc::pid_t);
 
@@ -33,6 +45,11 @@ impl OwnThread {
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() };
         OWN.lock().push(tid);
+        let tp = crate::arch::thread_pointer();
+        let _ = OWN_TPS.iter().find(|slot| {
+            slot.compare_exchange(0, tp, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        });
         OwnThread(tid)
     }
 }
@@ -40,6 +57,10 @@ impl OwnThread {
 impl Drop for OwnThread {
     fn drop(&mut self) {
         OWN.lock().retain(|t| *t != self.0);
+        let tp = crate::arch::thread_pointer();
+        if let Some(slot) = OWN_TPS.iter().find(|slot| slot.load(Ordering::Relaxed) == tp) {
+            slot.store(0, Ordering::Relaxed);
+        }
     }
 }
 

@@ -9,7 +9,7 @@ mod thread_accounts;
 pub mod thread_timers;
 pub mod timer;
 pub mod unannounced;
-mod walk_stack;
+pub(crate) mod walk_stack;
 
 pub use crate::arch::{calling_registers, interrupted_registers};
 pub use handler::{
