@@ -7,6 +7,7 @@ use crate::input::db;
 use crate::model::filters::{self, Filters};
 use crate::symbols::Locator;
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use cpuprof::format::heap::HeapValue;
 use std::path::PathBuf;
 
 const EXIT_STATUS: &str = "\
@@ -19,7 +20,7 @@ status (128 + N if signal N killed it).";
 #[command(
     name = "cpuprof",
     version,
-    about = "Record, read, compare and convert raw CPU profiles (gperftools format)",
+    about = "Record, read, compare and convert raw CPU profiles (gperftools format); read heap profiles",
     after_help = EXIT_STATUS
 )]
 pub struct Cli {
@@ -52,6 +53,21 @@ impl From<Symbols> for Locator {
             debug_dirs: s.debug_dirs,
         }
     }
+}
+
+/// `--sample-index`, which every command that reads a heap profile takes.
+#[derive(Args, Clone, Copy, Default)]
+pub struct SampleIndex {
+    /// For a heap profile: the value read, by pprof's names: inuse_space (the default),
+    /// inuse_objects, alloc_space or alloc_objects. Each line is scaled back from its samples
+    /// before summing, as pprof does. (Also --sample_index.)
+    #[arg(long = "sample-index", alias = "sample_index", value_name = "NAME", value_parser = heap_value)]
+    pub value: Option<HeapValue>,
+}
+
+fn heap_value(text: &str) -> Result<HeapValue, String> {
+    HeapValue::from_name(text)
+        .ok_or_else(|| format!("`{text}`: expected inuse_space, inuse_objects, alloc_space or alloc_objects"))
 }
 
 /// `--tick-us`, which every command that judges changes takes.
@@ -154,7 +170,8 @@ pub enum Command {
     /// Run a program under the profiler, then print a summary and its top functions.
     #[command(after_help = "Example: cpuprof record -F 1000 -o app.prof -- ./app --flag")]
     Record(RecordArgs),
-    /// Flat and cumulative samples per function, like `pprof -top` (raw or DCPI profiles).
+    /// Flat and cumulative samples per function, like `pprof -top` (raw, DCPI or heap
+    /// profiles: a heap profile's bytes or objects with --sample-index).
     Top(TopArgs),
     /// Callers and callees of each function matching REGEX, with the samples through each call,
     /// like `pprof -peek`.
@@ -174,7 +191,13 @@ marked between two runs, whose totals vary by more than sampling. The largest ch
 with their intervals whether significant or not, with how many times the samples would settle them.
 With --history DIR, NEW is compared with the mean of the profiles in DIR, judged against their
 run-to-run spread, and times are marked too. Exit status 3 when something is significant, or with
---fail-on, when a condition is met.")]
+--fail-on, when a condition is met.
+
+Heap profiles (gperftools' text format, both profiles heap profiles): the value of --sample-index
+(inuse_space by default) takes the place of CPU time, and the observations are the sampled
+objects, which a sampling heap profiler draws like a Poisson process: each line's objects weighted
+by the bytes (or objects) each stands for, Kish's effective number of them. --fail-on growth in
+seconds does not apply.")]
     Diff(DiffArgs),
     /// Source lines of each function matching REGEX with their samples, flat and cumulative
     /// (like `pprof -list`); --disasm: per instruction.
@@ -208,7 +231,9 @@ functions over the history's profiles with this one last.")]
     /// Convert to pprof protobuf or to DCPI profiles.
     #[command(after_help = "\
 With filters, the output holds only the samples they keep (readers then take these as the
-total), hidden frames taken out of their stacks. With --db and --to dcpi, each selected epoch
+total), hidden frames taken out of their stacks. A heap profile converts to pprof only, with
+pprof's four heap sample types, each line scaled back; --sample-index names the one readers show
+by default. With --db and --to dcpi, each selected epoch
 becomes a directory of OUTPUT named after it, as in DCPI's own database.")]
     Convert(ConvertArgs),
     /// Sum profiles of the same program into one raw profile.
@@ -234,7 +259,8 @@ within each. Exit status 3 when something is flagged.")]
     Dump(DumpArgs),
     /// Validate a profile; say exactly what is wrong and where. A wall-clock profile most of
     /// whose looks at threads are missing (their state was unreadable) is INCOMPLETE (exit
-    /// status 1); fewer missing looks get a WARNING.
+    /// status 1); fewer missing looks get a WARNING. Of a heap profile: its sampling period,
+    /// lines, mappings and totals, as written and scaled back.
     Check(CheckArgs),
 }
 
@@ -266,7 +292,7 @@ pub struct RecordArgs {
 // The arguments of `cpuprof top`.
 #[derive(Args)]
 pub struct TopArgs {
-    /// A raw profile, a DCPI profile, or a directory of DCPI profiles.
+    /// A raw profile, a heap profile, a DCPI profile, or a directory of DCPI profiles.
     #[arg(required_unless_present = "db")]
     pub file: Option<PathBuf>,
     #[command(flatten)]
@@ -277,6 +303,8 @@ pub struct TopArgs {
     /// Number of functions to show.
     #[arg(short = 'n', long, default_value_t = 20)]
     pub count: usize,
+    #[command(flatten)]
+    pub sample_index: SampleIndex,
     #[command(flatten)]
     pub filters: Filters,
     #[command(flatten)]
@@ -289,8 +317,10 @@ pub struct PeekArgs {
     /// Regular expression matched against function names (unanchored).
     #[arg(value_parser = filters::regex)]
     pub regex: regex::Regex,
-    /// A raw profile, a DCPI profile, or a directory of DCPI profiles.
+    /// A raw profile, a heap profile, a DCPI profile, or a directory of DCPI profiles.
     pub file: PathBuf,
+    #[command(flatten)]
+    pub sample_index: SampleIndex,
     #[command(flatten)]
     pub filters: Filters,
     #[command(flatten)]
@@ -314,6 +344,8 @@ pub struct DiffArgs {
     pub selection: db::Selection,
     #[command(flatten)]
     pub criteria: DiffCriteria,
+    #[command(flatten)]
+    pub sample_index: SampleIndex,
     #[command(flatten)]
     pub filters: Filters,
     #[command(flatten)]
@@ -367,7 +399,7 @@ pub struct AdviseArgs {
 // The arguments of `cpuprof report`.
 #[derive(Args)]
 pub struct ReportArgs {
-    /// A raw profile (cpuprof's or gperftools').
+    /// A raw profile (cpuprof's or gperftools'), or a heap profile (gperftools' text format).
     pub file: PathBuf,
     /// An earlier profile to compare with.
     #[arg(long, conflicts_with = "history")]
@@ -382,6 +414,8 @@ pub struct ReportArgs {
     pub output: PathBuf,
     #[command(flatten)]
     pub tick: Tick,
+    #[command(flatten)]
+    pub sample_index: SampleIndex,
     #[command(flatten)]
     pub filters: Filters,
     #[command(flatten)]
@@ -399,6 +433,8 @@ pub struct CollapseArgs {
     #[arg(short = 'o', long)]
     pub output: Option<PathBuf>,
     #[command(flatten)]
+    pub sample_index: SampleIndex,
+    #[command(flatten)]
     pub filters: Filters,
     #[command(flatten)]
     pub symbols: Symbols,
@@ -413,6 +449,8 @@ pub struct FlamegraphArgs {
     pub db: DbSource,
     #[arg(short = 'o', long, default_value = "flamegraph.svg")]
     pub output: PathBuf,
+    #[command(flatten)]
+    pub sample_index: SampleIndex,
     #[command(flatten)]
     pub filters: Filters,
     #[command(flatten)]
@@ -431,6 +469,8 @@ pub struct ConvertArgs {
     /// Output file (pprof) or directory (dcpi).
     #[arg(short = 'o', long)]
     pub output: PathBuf,
+    #[command(flatten)]
+    pub sample_index: SampleIndex,
     #[command(flatten)]
     pub filters: Filters,
     #[command(flatten)]

@@ -27,9 +27,18 @@
 //!
 //! A change that is large but not significant is shown with its interval and with how many
 //! times the samples would make it significant if it is real: never a bare "no change".
+//!
+//! **Heap profiles.** The same tests, with the heap value read (`--sample-index`, scaled back as
+//! pprof does) in place of CPU time. A sampling heap profiler draws its samples like a Poisson
+//! process over the bytes allocated, each independent of the others: the observations are the
+//! sampled objects, each standing for the bytes (or objects) its line scales it to; samples of
+//! unequal weight count as Kish's effective number of them ([`weighted_observations`]), as the
+//! signal weights of a CPU profile do.
 
 use super::stats::{normal_quantile, ratio, t_quantile, two_sided_normal, two_sided_t, wilson};
 use crate::model::stacks::Stacks;
+use crate::model::unit::Unit;
+use crate::render::units::Scale;
 use cpuprof::format::SignalWeights;
 use std::collections::{BTreeSet, HashMap};
 
@@ -90,13 +99,37 @@ pub fn modelled_observations(total: u64, period_us: u64, records: usize, tick_us
     (total * per_sample).max((records as f64).min(total))
 }
 
+/// How many independent observations a heap profile's samples stand for, from its `lines`:
+/// each the number of its sampled objects and what they weigh together (the line's scaled
+/// value). Each sample of a line is taken to weigh the line's mean, and samples of unequal
+/// weight count as Kish's effective number `(sum w)^2 / sum w^2`: equal weights give the number
+/// of samples, a few heavy samples among many light ones fewer.
+pub fn weighted_observations(lines: impl IntoIterator<Item = (u64, u64)>) -> f64 {
+    let (mut sum, mut squares) = (0.0f64, 0.0f64);
+    for (samples, weight) in lines.into_iter().filter(|&(n, w)| n > 0 && w > 0) {
+        let w = weight as f64;
+        sum += w;
+        squares += w * w / samples as f64;
+    }
+    if squares > 0.0 {
+        sum * sum / squares
+    } else {
+        0.0
+    }
+}
+
 /// One profile as `diff` reads it: samples per function and what they stand for.
 pub struct Summary {
     counts: HashMap<String, u64>,
     total: u64,
     period_us: u64,
-    /// CPU time of the run, per unit of work when units were given.
-    seconds: f64,
+    /// What the counts measure.
+    unit: Unit,
+    /// The samples behind the counts: CPU samples, or a heap profile's sampled objects.
+    samples: u64,
+    /// What the run amounts to, per unit of work when units were given: CPU seconds, or the
+    /// heap value (bytes or objects).
+    amount: f64,
     observations: f64,
 }
 
@@ -121,9 +154,36 @@ impl Summary {
             counts,
             total,
             period_us: stacks.period_us,
-            seconds: total as f64 * stacks.period_us as f64 / 1e6 / units,
+            unit: stacks.unit,
+            samples: total,
+            amount: total as f64 * stacks.period_us as f64 / 1e6 / units,
             observations: observations(total, stacks.period_us, records, tick_us, weights),
         }
+    }
+
+    /// A heap profile read as `stacks` (its counts the value read, scaled back), whose `lines`
+    /// each held so many sampled objects weighing so much (see [`weighted_observations`]).
+    pub fn heap(stacks: &Stacks, lines: &[(u64, u64)], units: f64, cumulative: bool) -> Summary {
+        let total = stacks.total();
+        let counts = stacks
+            .per_function()
+            .into_iter()
+            .map(|(name, c)| (name.to_string(), if cumulative { c.cum } else { c.flat }))
+            .collect();
+        Summary {
+            counts,
+            total,
+            period_us: 0,
+            unit: stacks.unit,
+            samples: lines.iter().fold(0u64, |sum, &(n, _)| sum.saturating_add(n)),
+            amount: total as f64 / units,
+            observations: weighted_observations(lines.iter().copied()),
+        }
+    }
+
+    /// What the counts measure.
+    pub fn unit(&self) -> Unit {
+        self.unit
     }
 
     fn share(&self, function: &str) -> f64 {
@@ -138,8 +198,17 @@ impl Summary {
         self.share(function) * self.observations
     }
 
-    /// One line about the profile: samples, CPU time and observations.
+    /// One line about the profile: samples, CPU time (or the heap value) and observations.
     pub fn describe(&self) -> String {
+        if self.unit != Unit::Samples {
+            return format!(
+                "{} {}, {} sampled objects, ~{:.0} effective samples",
+                Scale::label_alone(self.unit, self.total),
+                self.unit.name(),
+                self.samples,
+                self.observations
+            );
+        }
         format!(
             "{} samples, {} us each = {:.2} s, ~{:.0} independent observations",
             self.total,
@@ -187,10 +256,12 @@ pub struct Row {
 pub struct Report {
     pub header: String,
     pub rows: Vec<Row>,
-    /// CPU time of the baseline (the history's mean), the reference for `growth=N%`.
-    pub base_seconds: f64,
-    pub new_seconds: f64,
-    /// The baseline's samples and CPU seconds (not per unit), to say what would settle a change.
+    /// CPU time (or heap value) of the baseline (the history's mean), the reference for
+    /// `growth=N%`.
+    pub base_amount: f64,
+    pub new_amount: f64,
+    /// The baseline's samples (a heap profile's sampled objects) and CPU seconds (not per
+    /// unit), to say what would settle a change.
     pub base_run: (u64, f64),
     /// Effects tested, and how many of them could be significant (Tarone).
     pub tested: usize,
@@ -199,6 +270,8 @@ pub struct Report {
     pub z_needed: f64,
     pub per_unit: bool,
     pub history: bool,
+    /// What the profiles' counts measure (CPU samples, or a heap value).
+    pub unit: Unit,
 }
 
 impl Report {
@@ -209,8 +282,8 @@ impl Report {
     /// The growth of the total CPU time in percent; `None` (unbounded) from an empty baseline to
     /// a profile with samples.
     pub fn total_growth(&self) -> Option<f64> {
-        match (self.base_seconds > 0.0, self.new_seconds > 0.0) {
-            (true, _) => Some(100.0 * (self.new_seconds / self.base_seconds - 1.0)),
+        match (self.base_amount > 0.0, self.new_amount > 0.0) {
+            (true, _) => Some(100.0 * (self.new_amount / self.base_amount - 1.0)),
             (false, true) => None,
             (false, false) => Some(0.0),
         }
@@ -233,7 +306,7 @@ pub fn compare(base: &Summary, new: &Summary, header: String, per_unit: bool, op
             let untested = Effect {
                 p: 1.0,
                 p_min: 1.0,
-                ..effect(base.seconds, new.seconds)
+                ..effect(base.amount, new.amount)
             };
             Row {
                 function: name.clone(),
@@ -243,14 +316,13 @@ pub fn compare(base: &Summary, new: &Summary, header: String, per_unit: bool, op
             }
         })
         .collect();
-    let base_run = (base.total, base.total as f64 * base.period_us as f64 / 1e6);
+    let base_run = (base.samples, base.total as f64 * base.period_us as f64 / 1e6);
     finish(
         rows,
         header,
-        (base.seconds, new.seconds),
+        (base.amount, new.amount),
         base_run,
-        per_unit,
-        false,
+        (per_unit, false, new.unit),
         opts,
     )
 }
@@ -277,14 +349,21 @@ pub fn against_history(history: &[Summary], new: &Summary, header: String, opts:
             Row {
                 function: name.clone(),
                 share: effect(&|_| 100.0),
-                time: effect(&|s| s.seconds),
+                time: effect(&|s| s.amount),
                 settle: None,
             }
         })
         .collect();
-    let base_seconds = history.iter().map(|h| h.seconds).sum::<f64>() / history.len().max(1) as f64;
+    let base_amount = history.iter().map(|h| h.amount).sum::<f64>() / history.len().max(1) as f64;
     // Settle factors are not given against a history (see `finish`).
-    finish(rows, header, (base_seconds, new.seconds), (0, 0.0), false, true, opts)
+    finish(
+        rows,
+        header,
+        (base_amount, new.amount),
+        (0, 0.0),
+        (false, true, new.unit),
+        opts,
+    )
 }
 
 /// The effect `a2 p2 - a1 p1` of a function with `x1` of `n1` observations before and `x2` of
@@ -388,10 +467,9 @@ fn from_history(past: &[(f64, f64, f64)], new: (f64, f64, f64), confidence: f64)
 fn finish(
     mut rows: Vec<Row>,
     header: String,
-    (base_seconds, new_seconds): (f64, f64),
+    (base_amount, new_amount): (f64, f64),
     base_run: (u64, f64),
-    per_unit: bool,
-    history: bool,
+    (per_unit, history, unit): (bool, bool, Unit),
     opts: Options,
 ) -> Report {
     // Between two runs only shares are tested (see `compare`), against a history times too.
@@ -426,8 +504,8 @@ fn finish(
         row.settle = (!history && z > 0.1).then(|| (z_needed / z).powi(2));
     }
     let size = |r: &Row| {
-        let time = if base_seconds > 0.0 {
-            100.0 * r.time.change() / base_seconds
+        let time = if base_amount > 0.0 {
+            100.0 * r.time.change() / base_amount
         } else {
             0.0
         };
@@ -446,14 +524,15 @@ fn finish(
     Report {
         header,
         rows,
-        base_seconds,
-        new_seconds,
+        base_amount,
+        new_amount,
         base_run,
         tested,
         testable: order.len(),
         z_needed,
         per_unit,
         history,
+        unit,
     }
 }
 
@@ -564,6 +643,67 @@ mod tests {
         let slower = compare(&new, &base, String::new(), false, OPTS);
         assert_eq!(slower.failures(&[Gate::Total(90.0)]).len(), 1, "twice as slow");
         assert!(slower.failures(&[Gate::Total(110.0), Gate::Growth(1.0)]).is_empty());
+    }
+
+    #[test]
+    fn heap_samples_count_as_observations_weighted_by_what_they_stand_for() {
+        // Samples of equal weight: their number.
+        assert_eq!(weighted_observations([(30, 3000), (10, 1000)]), 40.0);
+        // A heavy sample beside a hundred light ones of the same total: (200)^2 / (100 + 10^4).
+        let n = weighted_observations([(100, 100), (1, 100)]);
+        assert!((n - 40000.0 / 10100.0).abs() < 1e-9, "{n}");
+        assert_eq!(weighted_observations([(0, 5), (3, 0)]), 0.0);
+    }
+
+    #[test]
+    fn heap_profiles_compare_their_bytes() {
+        use cpuprof::format::heap::HeapValue;
+        let unit = Unit::Heap {
+            value: HeapValue::InuseSpace,
+            period: 524288,
+        };
+        // Sampled objects of 1 kB standing for 512 kB each; big:small 3:1, then 1:1 with more.
+        let summary = |big: u64, small: u64| {
+            let mut stacks = Stacks::new(0);
+            stacks.unit = unit;
+            stacks.push(["main", "big"], big << 19);
+            stacks.push(["main", "small"], small << 19);
+            Summary::heap(&stacks, &[(big, big << 19), (small, small << 19)], 1.0, true)
+        };
+        let (base, new) = (summary(300, 100), summary(300, 300));
+        assert_eq!(
+            base.describe(),
+            "200MB inuse_space, 400 sampled objects, ~400 effective samples"
+        );
+        let report = compare(
+            &base,
+            &new,
+            String::new(),
+            false,
+            Options {
+                cumulative: true,
+                ..OPTS
+            },
+        );
+        let small = row(&report, "small");
+        assert!(small.share.significant && small.share.change() > 0.0, "{small:?}");
+        assert_eq!(small.time.change(), (200u64 << 19) as f64, "bytes, not seconds");
+        let text = report.render(OPTS);
+        for expected in [
+            "share in % and inuse_space per run",
+            "observations: the sampled objects",
+            "change [interval] MB",
+            "inuse_space: the totals were 200MB and 300MB (+50.0%)",
+        ] {
+            assert!(text.contains(expected), "{expected}: {text}");
+        }
+        assert_eq!(
+            report.failures(&[Gate::Total(10.0), Gate::Growth(40.0)]),
+            [
+                "total=10%: the total inuse_space grew from 200MB to 300MB",
+                "growth=40%: small grew +25.0 points of share, +100MB (+50.0% of the baseline's inuse_space)"
+            ]
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `diff --fail-on`: the conditions a CI job sets on a comparison, and which of them it meets.
 
 use super::diff::Report;
+use crate::model::unit::Unit;
 use std::str::FromStr;
 
 /// A `--fail-on` condition. Every condition on a function needs a significant change (of its
@@ -13,7 +14,8 @@ pub enum Gate {
     Share(f64),
     /// A function's time grew by at least this percentage of the baseline's total time.
     Growth(f64),
-    /// A function's time grew by at least this many seconds (per unit with `--units`).
+    /// A function's time grew by at least this many seconds (per unit with `--units`); CPU
+    /// profiles only.
     Seconds(f64),
     /// The run's total CPU time grew by at least this percentage. Two runs cannot tell this
     /// from the machine's noise: a plain threshold, to be set above the run-to-run variation.
@@ -78,15 +80,20 @@ impl Report {
         let mut out = Vec::new();
         for gate in gates {
             if matches!(gate, Gate::Total(percent) if self.total_growth().is_none_or(|g| g >= *percent)) {
+                let what = match self.unit {
+                    Unit::Samples => "CPU time",
+                    unit => unit.name(),
+                };
                 out.push(format!(
-                    "{gate}: the total CPU time grew from {:.3} s to {:.3} s",
-                    self.base_seconds, self.new_seconds
+                    "{gate}: the total {what} grew from {} to {}",
+                    self.amount(self.base_amount, false),
+                    self.amount(self.new_amount, false)
                 ));
             }
             for r in &self.rows {
                 let share_grew = r.share.significant && r.share.change() > 0.0;
                 let time_grew = r.time.significant && r.time.change() > 0.0;
-                let growth = 100.0 * r.time.change() / self.base_seconds.max(f64::MIN_POSITIVE);
+                let growth = 100.0 * r.time.change() / self.base_amount.max(f64::MIN_POSITIVE);
                 let grew = share_grew || time_grew;
                 let failed = match gate {
                     Gate::Significant => grew,
@@ -96,11 +103,15 @@ impl Report {
                     Gate::Total(_) => false,
                 };
                 if failed {
+                    let of = match self.unit {
+                        Unit::Samples => "time",
+                        unit => unit.name(),
+                    };
                     out.push(format!(
-                        "{gate}: {} grew {:+.1} points of share, {:+.3} s ({:+.1}% of the baseline's time)",
+                        "{gate}: {} grew {:+.1} points of share, {} ({:+.1}% of the baseline's {of})",
                         r.function,
                         r.share.change(),
-                        r.time.change(),
+                        self.amount(r.time.change(), true),
                         growth
                     ));
                 }

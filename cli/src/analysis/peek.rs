@@ -7,7 +7,9 @@
 //! function's cumulative samples; the function's own are of the profile's total.
 
 use crate::model::stacks::{Counts, Stacks};
-use crate::render::text::percent;
+use crate::model::unit::Unit;
+use crate::render::text::{heap_heading, percent};
+use crate::render::units::Scale;
 use regex::Regex;
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -54,11 +56,32 @@ pub fn peek(stacks: &Stacks, re: &Regex) -> String {
 fn render(stacks: &Stacks, re: &Regex, matching: &[bool], counts: &[Counts], edges: &Edges) -> String {
     let names = stacks.names();
     let total = stacks.total();
-    let seconds = total as f64 * stacks.period_us as f64 / 1e6;
-    let mut out = format!(
-        "Total: {total} samples ({seconds:.2} s at {} us per sample)\n",
-        stacks.period_us
-    );
+    // A heap profile's bytes in one unit, as `top` prints them (from the smallest count of a
+    // function shown).
+    let smallest = (0..names.len())
+        .filter(|&i| matching[i])
+        .map(|i| {
+            if counts[i].flat > 0 {
+                counts[i].flat
+            } else {
+                counts[i].cum
+            }
+        })
+        .filter(|&v| v > 0)
+        .min()
+        .unwrap_or(0);
+    let scale = Scale::for_table(stacks.unit, smallest, total);
+    let mut out = match stacks.unit {
+        Unit::Samples => {
+            let seconds = total as f64 * stacks.period_us as f64 / 1e6;
+            format!(
+                "Total: {total} samples ({seconds:.2} s at {} us per sample)\n",
+                stacks.period_us
+            )
+        }
+        unit => format!("{}Total: {} {}\n", heap_heading(unit), scale.label(total), unit.name()),
+    };
+    let v = |n: u64| scale.label(n);
     // Functions in the order pprof shows them: most flat samples first, then most cumulative.
     let mut shown: Vec<usize> = (0..names.len()).filter(|&i| matching[i] && counts[i].cum > 0).collect();
     shown.sort_by(|&a, &b| {
@@ -89,8 +112,9 @@ fn render(stacks: &Stacks, re: &Regex, matching: &[bool], counts: &[Counts], edg
         let edge_line = |out: &mut String, (other, n): (u32, u64)| {
             let _ = writeln!(
                 out,
-                "{:>32} {n:>8} {:>5.1}% |   {}",
+                "{:>32} {:>8} {:>5.1}% |   {}",
                 "",
+                v(n),
                 percent(n, cum),
                 names[other as usize]
             );
@@ -100,8 +124,10 @@ fn render(stacks: &Stacks, re: &Regex, matching: &[bool], counts: &[Counts], edg
         }
         let _ = writeln!(
             out,
-            "{flat:>8} {:>5.1}% {cum:>8} {:>5.1}% {:>15} | {}",
+            "{:>8} {:>5.1}% {:>8} {:>5.1}% {:>15} | {}",
+            v(flat),
             percent(flat, total),
+            v(cum),
             percent(cum, total),
             "",
             names[i]

@@ -1,10 +1,11 @@
 //! The commands that judge a profile against others: `diff`, `advise`, `report` and
 //! `history`.
 
+use crate::analysis::gates::Gate;
 use crate::analysis::{advise as advising, diff as diffing, history as epochs_over_time};
 use crate::args::{AdviceFormat, AdviseArgs, DiffArgs, HistoryArgs, ReportArgs};
 use crate::error::{Error, Result};
-use crate::input::{self, db::Database, epochs};
+use crate::input::{self, db::Database, epochs, heap};
 use crate::model::filters;
 use crate::model::stacks::Stacks;
 use crate::render::html;
@@ -33,8 +34,41 @@ pub fn diff(a: DiffArgs) -> Result<u8> {
             tick_us,
         )
     };
+    let index = a.sample_index.value;
+    // A heap profile: its value (--sample-index) per function, its sampled objects the
+    // observations.
     let summary = |path: &Path, units: f64| -> Result<diffing::Summary> {
-        Ok(seen(&input::read_profile(path, &locator)?, units))
+        let source = input::Source::open(path)?;
+        if let Some(profile) = heap::read(path, &source)? {
+            let value = index.unwrap_or(heap::DEFAULT_VALUE);
+            let stacks = heap::stacks(&profile, value, &locator, &a.filters);
+            let lines: Vec<(u64, u64)> = heap::lines(&profile, value).collect();
+            return Ok(diffing::Summary::heap(&stacks, &lines, units, opts.cumulative));
+        }
+        heap::cpu_takes_no_index(index)?;
+        Ok(seen(&input::raw::read_source(path, &source, &locator)?, units))
+    };
+    // Profiles of one kind only, and no time in seconds for a heap profile.
+    let check = |first: &diffing::Summary, second: &diffing::Summary, names: (&Path, &Path)| -> Result<()> {
+        let kind = |s: &diffing::Summary| match s.unit().heap_value() {
+            Some(value) => format!("a heap profile ({})", value.name()),
+            None => "a CPU profile".to_string(),
+        };
+        if first.unit().heap_value() != second.unit().heap_value() {
+            return Err(Error::Input(format!(
+                "{} is {} and {} {}: diff compares profiles of one kind",
+                names.0.display(),
+                kind(first),
+                names.1.display(),
+                kind(second)
+            )));
+        }
+        if first.unit().heap_value().is_some() && criteria.fail_on.iter().any(|g| matches!(g, Gate::Seconds(_))) {
+            return Err(Error::Usage(
+                "--fail-on growth=SECONDS applies to CPU profiles; for heap profiles use growth=PERCENT% or share=POINTS",
+            ));
+        }
+        Ok(())
     };
     let report = match a.history {
         Some(dir) => {
@@ -49,12 +83,16 @@ pub fn diff(a: DiffArgs) -> Result<u8> {
                 input::read_history(&dir, &|path: &Path| summary(path, 1.0))?
             };
             let latest = summary(&new, 1.0)?;
+            for earlier in &past {
+                check(earlier, &latest, (&dir, &new))?;
+            }
             let header = format!(
-                "{} ({}) against {} profiles in {} (tick {tick_us} us)",
+                "{} ({}) against {} profiles in {}{}",
                 new.display(),
                 latest.describe(),
                 past.len(),
-                dir.display()
+                dir.display(),
+                tick_note(&latest, tick_us)
             );
             diffing::against_history(&past, &latest, header, opts)
         }
@@ -65,12 +103,14 @@ pub fn diff(a: DiffArgs) -> Result<u8> {
             );
             let (units_a, units_b) = criteria.units.unwrap_or((1.0, 1.0));
             let (before, after) = (summary(&base, units_a)?, summary(&new, units_b)?);
+            check(&before, &after, (&base, &new))?;
             let header = format!(
-                "{} ({}) -> {} ({}) (tick {tick_us} us)",
+                "{} ({}) -> {} ({}){}",
                 base.display(),
                 before.describe(),
                 new.display(),
-                after.describe()
+                after.describe(),
+                tick_note(&after, tick_us)
             );
             diffing::compare(&before, &after, header, criteria.units.is_some(), opts)
         }
@@ -84,6 +124,15 @@ pub fn diff(a: DiffArgs) -> Result<u8> {
         println!("FAIL {failure}");
     }
     Ok(if failures.is_empty() { 0 } else { 3 })
+}
+
+/// The kernel tick a CPU profile's observations assume, as the header says it; nothing for a
+/// heap profile, whose samples do not wait for a tick.
+fn tick_note(summary: &diffing::Summary, tick_us: u64) -> String {
+    match summary.unit().heap_value() {
+        Some(_) => String::new(),
+        None => format!(" (tick {tick_us} us)"),
+    }
 }
 
 pub fn advise(a: AdviseArgs) -> Result<u8> {
@@ -145,7 +194,17 @@ pub fn report(a: ReportArgs) -> Result<u8> {
         tick_us: a.tick.us(),
         title: a.file.display().to_string(),
     };
-    let page = html::page(&a.file, &input::read_bytes(&a.file)?, &baseline, &opts)?;
+    let source = input::Source::open(&a.file)?;
+    let page = match heap::read(&a.file, &source)? {
+        Some(profile) => {
+            let value = a.sample_index.value.unwrap_or(heap::DEFAULT_VALUE);
+            html::heap::page(&profile, value, &baseline, &opts)?
+        }
+        None => {
+            heap::cpu_takes_no_index(a.sample_index.value)?;
+            html::page(&a.file, &source.whole()?, &baseline, &opts)?
+        }
+    };
     std::fs::write(&a.output, page).map_err(|e| Error::write(&a.output, e))?;
     eprintln!("wrote {}", a.output.display());
     Ok(0)

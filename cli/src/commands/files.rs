@@ -1,8 +1,9 @@
-//! The commands about profile files themselves: `merge`, `db`, `dump` and `check`.
+//! The commands about profile files themselves: `merge`, `db`, `dump` and `check` (which
+//! checks heap profiles too).
 
 use crate::args::{CheckArgs, DbArgs, DumpArgs, MergeArgs};
 use crate::error::{Error, Result};
-use crate::input;
+use crate::input::{self, heap};
 use crate::model::merge as merging;
 use crate::render::progress::Progress;
 use crate::render::text;
@@ -34,6 +35,9 @@ pub fn db(a: DbArgs) -> Result<u8> {
 
 pub fn dump(a: DumpArgs) -> Result<u8> {
     let source = input::Source::open(&a.file)?;
+    if heap::is_heap(&source)? {
+        return Err(heap::not_for_heap(&a.file));
+    }
     let (profile, defect) = source
         .parse_lenient()?
         .map_err(|e| format!("{}: {e}", a.file.display()))?;
@@ -46,7 +50,18 @@ pub fn dump(a: DumpArgs) -> Result<u8> {
 
 pub fn check(a: CheckArgs) -> Result<u8> {
     let file = &a.file;
-    let summary = input::raw::summary(&input::Source::open(file)?)?.map_err(|(e, read)| {
+    let source = input::Source::open(file)?;
+    if let Some(profile) = heap::read(file, &source)? {
+        println!("{}: valid {}", file.display(), text::heap_check(&profile));
+        if profile.maps().entries.is_empty() {
+            eprintln!(
+                "cpuprof: WARNING: {}: no mapped objects (MAPPED_LIBRARIES): its addresses cannot be named",
+                file.display()
+            );
+        }
+        return Ok(0);
+    }
+    let summary = input::raw::summary(&source)?.map_err(|(e, read)| {
         // A cut-short file is still a defect here, but the other commands read it.
         let readable = match read {
             Some(read) if read.records > 0 => format!(

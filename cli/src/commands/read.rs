@@ -1,10 +1,10 @@
 //! The commands that read one profile and show it: `top`, `peek`, `list`, `collapse`,
-//! `flamegraph` and `convert`.
+//! `flamegraph` and `convert`. All but `list` read heap profiles too (`--sample-index`).
 
 use crate::analysis::{list as listing, peek as peeking};
 use crate::args::{CollapseArgs, ConvertArgs, FlamegraphArgs, ListArgs, PeekArgs, Target, TopArgs};
 use crate::error::{Error, Result};
-use crate::input::{self, epochs, raw};
+use crate::input::{self, epochs, heap, raw};
 use crate::model::filters::{self, Filters};
 use crate::model::stacks::Functions;
 use crate::render::{self, pprof, text};
@@ -13,20 +13,22 @@ use std::path::Path;
 
 pub fn top(a: TopArgs) -> Result<u8> {
     let locator: Locator = a.symbols.into();
+    let index = a.sample_index.value;
     let functions = match &a.db.db {
         Some(dir) => {
+            heap::cpu_takes_no_index(index)?;
             let (name, bytes) = input::db::merged_selection(dir, &a.db.selection, &locator)?;
             let outline = raw::outline(&name, &bytes, &locator)?;
             Functions::read(&bytes, &outline, &locator, &a.filters)
         }
-        None => input::read_functions(&input::given(a.file)?, &locator, &a.filters)?,
+        None => input::read_functions(&input::given(a.file)?, &locator, &a.filters, index)?,
     };
     print!("{}", text::top(&functions, a.cum, a.count));
     Ok(0)
 }
 
 pub fn peek(a: PeekArgs) -> Result<u8> {
-    let stacks = input::read_stacks(&a.file, &a.symbols.into(), &a.filters)?;
+    let stacks = input::read_stacks(&a.file, &a.symbols.into(), &a.filters, a.sample_index.value)?;
     print!("{}", peeking::peek(&stacks, &a.regex));
     Ok(0)
 }
@@ -44,7 +46,7 @@ pub fn list(a: ListArgs) -> Result<u8> {
 pub fn collapse(a: CollapseArgs) -> Result<u8> {
     let locator: Locator = a.symbols.into();
     let (file, source) = input::file_or_db(a.file, a.db.db.as_deref(), &a.db.selection, &locator)?;
-    let stacks = input::raw_stacks(&file, &source, &locator, &a.filters)?;
+    let stacks = input::source_stacks(&file, &source, &locator, &a.filters, a.sample_index.value)?;
     let mut folded = stacks.folded().join("\n");
     folded.push('\n');
     match a.output {
@@ -56,12 +58,14 @@ pub fn collapse(a: CollapseArgs) -> Result<u8> {
 
 pub fn flamegraph(a: FlamegraphArgs) -> Result<u8> {
     let locator: Locator = a.symbols.into();
+    let index = a.sample_index.value;
     let stacks = match &a.db.db {
         Some(dir) => {
+            heap::cpu_takes_no_index(index)?;
             let (name, bytes) = input::db::merged_selection(dir, &a.db.selection, &locator)?;
             input::raw_stacks(&name, &input::Source::bytes(&bytes), &locator, &a.filters)?
         }
-        None => input::read_stacks(&input::given(a.file)?, &locator, &a.filters)?,
+        None => input::read_stacks(&input::given(a.file)?, &locator, &a.filters, index)?,
     };
     text::flamegraph(&stacks, &a.output)?;
     eprintln!("wrote {}", a.output.display());
@@ -71,9 +75,21 @@ pub fn flamegraph(a: FlamegraphArgs) -> Result<u8> {
 pub fn convert(a: ConvertArgs) -> Result<u8> {
     let locator: Locator = a.symbols.into();
     if let (Some(dir), Target::Dcpi) = (&a.db.db, a.target) {
+        heap::cpu_takes_no_index(a.sample_index.value)?;
         return db_to_dcpi(dir, &a.db.selection, &locator, &a.filters, &a.output);
     }
     let (file, source) = input::file_or_db(a.file, a.db.db.as_deref(), &a.db.selection, &locator)?;
+    if let Some(profile) = heap::read(&file, &source)? {
+        return match a.target {
+            Target::Pprof => {
+                let value = a.sample_index.value.unwrap_or(heap::DEFAULT_VALUE);
+                pprof::write(&pprof::encode_heap(&profile, &locator, &a.filters, value), &a.output)?;
+                Ok(0)
+            }
+            Target::Dcpi => Err(Error::Usage("a heap profile converts to pprof only (--to pprof)")),
+        };
+    }
+    heap::cpu_takes_no_index(a.sample_index.value)?;
     if let (Target::Pprof, false) = (a.target, a.filters.active()) {
         let outline = raw::outline_source(&file, &source, &locator)?;
         pprof::write_source(&source, &outline, &locator, &a.output)?;

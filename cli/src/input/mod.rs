@@ -1,18 +1,21 @@
 //! The one way in: every command reads its profiles through here. A raw profile (cpuprof's or
-//! gperftools', complete or cut short: [`raw`]), a DCPI profile or a directory of them
-//! ([`dcpi`]), a profile database ([`db`], its epochs summed by [`epochs`]), or a directory
-//! of earlier profiles taken as a history ([`read_history`]).
+//! gperftools', complete or cut short: [`raw`]), a heap profile (gperftools' text format,
+//! [`heap`]: told by its content, read by the commands that read stacks), a DCPI profile or a
+//! directory of them ([`dcpi`]), a profile database ([`db`], its epochs summed by [`epochs`]),
+//! or a directory of earlier profiles taken as a history ([`read_history`]).
 
 use crate::error::{Error, Result};
 pub mod db;
 pub mod dcpi;
 pub mod epochs;
+pub mod heap;
 pub mod raw;
 
 use crate::model::filters::Filters;
 use crate::model::stacks::{Functions, Stacks};
 use crate::render::progress::Progress;
 use crate::symbols::Locator;
+use cpuprof::format::heap::HeapValue;
 use cpuprof::format::{scan, scan_from, ParseError, Profile, Record, Scan};
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
@@ -116,12 +119,23 @@ pub fn read_profile(file: &Path, locator: &Locator) -> Result<Profile> {
 }
 
 /// Samples per function of a raw profile (summed as it is read: no chain is kept), a DCPI
-/// profile, or a directory of DCPI profiles.
-pub fn read_functions(file: &Path, locator: &Locator, filters: &Filters) -> Result<Functions> {
+/// profile, or a directory of DCPI profiles; or a heap profile's `index` (`--sample-index`,
+/// which a CPU profile does not take) per function.
+pub fn read_functions(
+    file: &Path,
+    locator: &Locator,
+    filters: &Filters,
+    index: Option<HeapValue>,
+) -> Result<Functions> {
     if file.is_dir() {
-        return Ok(read_stacks(file, locator, filters)?.functions());
+        return Ok(read_stacks(file, locator, filters, index)?.functions());
     }
     let source = Source::open(file)?;
+    if let Some(profile) = heap::read(file, &source)? {
+        let value = index.unwrap_or(heap::DEFAULT_VALUE);
+        return Ok(heap::stacks(&profile, value, locator, filters).functions());
+    }
+    heap::cpu_takes_no_index(index)?;
     if is_dcpi(&source)? {
         let profile = dcpi::parse(&source.whole()?).map_err(|e| format!("{}: {e}", file.display()))?;
         return Ok(dcpi::stacks(&[profile], locator).filter(filters).functions());
@@ -135,10 +149,11 @@ fn is_dcpi(source: &Source) -> Result<bool> {
     Ok(dcpi::is_dcpi(&source.read_at(0, 7)?))
 }
 
-/// A raw profile, a DCPI profile, or a directory of DCPI profiles, symbolised, as `filters`
-/// leave it.
-pub fn read_stacks(file: &Path, locator: &Locator, filters: &Filters) -> Result<Stacks> {
+/// A raw profile, a DCPI profile, a directory of DCPI profiles, or a heap profile's `index`
+/// (`--sample-index`), symbolised, as `filters` leave it.
+pub fn read_stacks(file: &Path, locator: &Locator, filters: &Filters, index: Option<HeapValue>) -> Result<Stacks> {
     if file.is_dir() {
+        heap::cpu_takes_no_index(index)?;
         let mut profiles = Vec::new();
         for path in sorted_files(file)? {
             let bytes = read_bytes(&path)?;
@@ -153,10 +168,28 @@ pub fn read_stacks(file: &Path, locator: &Locator, filters: &Filters) -> Result<
     }
     let source = Source::open(file)?;
     if is_dcpi(&source)? {
+        heap::cpu_takes_no_index(index)?;
         let profile = dcpi::parse(&source.whole()?).map_err(|e| format!("{}: {e}", file.display()))?;
         return Ok(dcpi::stacks(&[profile], locator).filter(filters));
     }
-    raw_stacks(file, &source, locator, filters)
+    source_stacks(file, &source, locator, filters, index)
+}
+
+/// The raw or heap profile `source`, read from `file`, symbolised (see [`raw_stacks`] and
+/// [`heap::stacks`]).
+pub fn source_stacks(
+    file: &Path,
+    source: &Source,
+    locator: &Locator,
+    filters: &Filters,
+    index: Option<HeapValue>,
+) -> Result<Stacks> {
+    if let Some(profile) = heap::read(file, source)? {
+        let value = index.unwrap_or(heap::DEFAULT_VALUE);
+        return Ok(heap::stacks(&profile, value, locator, filters));
+    }
+    heap::cpu_takes_no_index(index)?;
+    raw_stacks(file, source, locator, filters)
 }
 
 /// The raw profile `source`, read from `file`, symbolised as it is read: one pass finds the

@@ -187,7 +187,12 @@ impl ChainSet {
     }
 }
 
+/// Whether `source` is something to read as a raw profile: not empty, and not a heap profile
+/// (which the commands reading stacks take, through [`crate::input::heap`]).
 fn not_empty(file: &Path, source: &Source) -> Result<()> {
+    if crate::input::heap::is_heap(source)? {
+        return Err(crate::input::heap::not_for_heap(file));
+    }
     if source.len()? == 0 {
         return Err(format!(
             "{}: empty: the process ended before the profiler wrote anything (gperftools writes nothing until its 2 MiB buffer fills or it stops; cpuprof writes its first records after one second)",

@@ -17,7 +17,8 @@
 
 use crate::symbols::{Locator, Symbolizer};
 use clap::Args;
-use cpuprof::format::{Profile, Sample};
+use cpuprof::format::heap::{HeapProfile, HeapRecord};
+use cpuprof::format::{Maps, Profile, Sample};
 use regex::Regex;
 use std::collections::HashMap;
 
@@ -154,50 +155,92 @@ impl<'f> Filtering<'f> {
 /// of whose frames are hidden taken out of the chains (an address with some hidden inlined
 /// frames stays; the pprof encoder leaves those frames out).
 pub fn profile(profile: &Profile, locator: &Locator, filters: &Filters) -> Profile {
-    let mut symbolizer = Symbolizer::new(locator.clone(), &profile.maps);
-    // Each address's function names, innermost first.
-    let mut known: HashMap<u64, Vec<String>> = HashMap::new();
-    let mut samples = Vec::new();
-    for sample in &profile.samples {
-        // Names outermost first, and for each the index of its address in `sample.pcs`.
+    let mut chains = Chains::new(&profile.maps, locator, filters);
+    let samples = profile
+        .samples
+        .iter()
+        .filter_map(|sample| {
+            Some(Sample {
+                count: sample.count,
+                pcs: chains.kept(&sample.pcs)?,
+                context: sample.context.clone(),
+            })
+        })
+        .collect();
+    Profile {
+        samples,
+        ..profile.clone()
+    }
+}
+
+/// A heap profile as `filters` leave it, for `convert`, as [`profile`] leaves a CPU profile.
+pub fn heap_profile(profile: &HeapProfile, locator: &Locator, filters: &Filters) -> HeapProfile {
+    let maps = profile.maps();
+    let mut chains = Chains::new(&maps, locator, filters);
+    let records = profile
+        .records
+        .iter()
+        .filter_map(|record| {
+            Some(HeapRecord {
+                counts: record.counts,
+                stack: chains.kept(&record.stack)?,
+            })
+        })
+        .collect();
+    HeapProfile {
+        records,
+        ..profile.clone()
+    }
+}
+
+/// Chains of addresses (the first looked up where it is, return addresses at their call) as
+/// the filters leave them, each address named once.
+struct Chains<'a> {
+    maps: &'a Maps,
+    filters: &'a Filters,
+    symbolizer: Symbolizer,
+    /// Each address's function names, innermost first.
+    known: HashMap<u64, Vec<String>>,
+}
+
+impl<'a> Chains<'a> {
+    fn new(maps: &'a Maps, locator: &Locator, filters: &'a Filters) -> Self {
+        Chains {
+            maps,
+            filters,
+            symbolizer: Symbolizer::new(locator.clone(), maps),
+            known: HashMap::new(),
+        }
+    }
+
+    /// The addresses of `pcs` that keep a frame, or `None` when the filters drop the chain.
+    fn kept(&mut self, pcs: &[u64]) -> Option<Vec<u64>> {
+        // Names outermost first, and for each the index of its address in `pcs`.
         let (mut names, mut owner) = (Vec::new(), Vec::new());
-        for (i, &pc) in sample.pcs.iter().enumerate().rev() {
+        for (i, &pc) in pcs.iter().enumerate().rev() {
             // Return addresses are looked up at the call instruction, as the readers do.
             let addr = if i == 0 { pc } else { pc.saturating_sub(1) };
-            let at = known
+            let at = self
+                .known
                 .entry(addr)
-                .or_insert_with(|| symbolizer.functions(&profile.maps, addr));
+                .or_insert_with(|| self.symbolizer.functions(self.maps, addr));
             for name in at.iter().rev() {
                 names.push(name.clone());
                 owner.push(i);
             }
         }
-        let Some(kept) = filters.frames_kept(&names) else {
-            continue;
-        };
-        let mut stays = vec![false; sample.pcs.len()];
+        let kept = self.filters.frames_kept(&names)?;
+        let mut stays = vec![false; pcs.len()];
         for (&i, k) in owner.iter().zip(kept) {
             stays[i] |= k;
         }
-        let pcs: Vec<u64> = (0..sample.pcs.len())
-            .filter(|&i| stays[i])
-            .map(|i| sample.pcs[i])
-            .collect();
-        let mut pcs = pcs;
+        let mut kept: Vec<u64> = (0..pcs.len()).filter(|&i| stays[i]).map(|i| pcs[i]).collect();
         // A return address that becomes the leaf would be looked up as it is, not at its call
         // instruction: store the call's address instead.
         if !stays[0] {
-            pcs[0] = pcs[0].saturating_sub(1);
+            kept[0] = kept[0].saturating_sub(1);
         }
-        samples.push(Sample {
-            count: sample.count,
-            pcs,
-            context: sample.context.clone(),
-        });
-    }
-    Profile {
-        samples,
-        ..profile.clone()
+        Some(kept)
     }
 }
 

@@ -7,10 +7,14 @@
 //! else; the other reports need the chains, which [`Stacks::read`] keeps once each, identical
 //! chains summed through a fast hash. A record costs no allocation. The `--focus/--ignore/
 //! --hide/--show` filters apply to each chain before it is summed (see [`crate::model::filters`]).
+//!
+//! Counts are CPU samples, or a heap profile's bytes or objects ([`Unit`]): a heap record is a
+//! chain like a CPU record, weighing its scaled value instead of a count of samples.
 
 use crate::error::Result;
 use crate::input::Source;
 use crate::model::filters::{Filtering, Filters};
+use crate::model::unit::Unit;
 use crate::render::progress::Progress;
 use crate::symbols::{Locator, Symbolizer};
 use cpuprof::format::{FastHash, Interner, Maps, Profile, ReadContext, Scan, StateKind};
@@ -18,7 +22,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasher;
 
 pub struct Stacks {
+    /// Microseconds per sample (0 for a heap profile, whose counts are bytes or objects).
     pub period_us: u64,
+    /// What the counts measure.
+    pub unit: Unit,
     names: Interner,
     /// The chains' name ids, outermost caller first (inlined frames expanded), one chain
     /// after another.
@@ -202,6 +209,8 @@ impl Tally {
 /// What `top` shows: each function's flat and cumulative samples, and the total.
 pub struct Functions {
     pub period_us: u64,
+    /// What the counts measure.
+    pub unit: Unit,
     /// All samples, those the filters dropped included (pprof's percentages are of these).
     pub total: u64,
     /// With filters: the samples they kept.
@@ -234,6 +243,7 @@ impl Functions {
         let has_states = !outline.maps.contexts.is_empty() && !outline.maps.contexts.cpu_profile;
         Ok(Functions::new(
             outline.period_us,
+            Unit::Samples,
             names,
             tally,
             removed,
@@ -244,6 +254,7 @@ impl Functions {
 
     fn new(
         period_us: u64,
+        unit: Unit,
         names: Interner,
         mut tally: Tally,
         removed: u64,
@@ -263,6 +274,7 @@ impl Functions {
             .unzip();
         Functions {
             period_us,
+            unit,
             total: tally.total.saturating_add(removed),
             kept: filtered.then_some(tally.total),
             counts,
@@ -275,6 +287,7 @@ impl Stacks {
     pub fn new(period_us: u64) -> Stacks {
         Stacks {
             period_us,
+            unit: Unit::Samples,
             names: Interner::default(),
             frames: Vec::new(),
             chains: Vec::new(),
@@ -312,6 +325,7 @@ impl Stacks {
             return self;
         }
         let mut out = Stacks::new(self.period_us);
+        out.unit = self.unit;
         out.names = self.names.clone();
         out.removed = self.removed;
         out.filtered = true;
@@ -345,6 +359,27 @@ impl Stacks {
             progress.update(n);
             addresses.chain(&mut stacks.names, &s.pcs, &mut chain);
             stacks.add(&chain, s.count);
+        }
+        stacks
+    }
+
+    /// Chains of addresses with their counts in `unit` (a heap profile's records, each
+    /// weighing its scaled value), symbolised against `maps` as [`Stacks::symbolise`] does: the
+    /// first address looked up where it is, the others (return addresses) at their call. Chains
+    /// of no weight are left out.
+    pub fn symbolise_weighted<'p>(
+        maps: &Maps,
+        locator: &Locator,
+        unit: Unit,
+        chains: impl IntoIterator<Item = (&'p [u64], u64)>,
+    ) -> Stacks {
+        let mut stacks = Stacks::new(0);
+        stacks.unit = unit;
+        let mut addresses = Addresses::new(maps, locator);
+        let mut chain = Vec::new();
+        for (pcs, count) in chains.into_iter().filter(|&(_, count)| count > 0) {
+            addresses.chain(&mut stacks.names, pcs, &mut chain);
+            stacks.add(&chain, count);
         }
         stacks
     }
@@ -425,6 +460,7 @@ impl Stacks {
     pub fn functions(&self) -> Functions {
         Functions::new(
             self.period_us,
+            self.unit,
             self.names.clone(),
             self.tally(),
             self.removed,

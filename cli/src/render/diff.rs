@@ -1,6 +1,8 @@
 //! `diff`'s table: the significant rows and the largest other changes, each with its intervals.
 
 use crate::analysis::diff::{Effect, Options, Report, Row};
+use crate::model::unit::Unit;
+use crate::render::units;
 use std::fmt::Write;
 
 impl Report {
@@ -16,15 +18,38 @@ impl Report {
         out
     }
 
+    /// `value` in the unit of the profiles: CPU seconds (`1.234 s`), or the heap value (bytes
+    /// as pprof prints them, or objects); `signed` with its sign.
+    pub fn amount(&self, value: f64, signed: bool) -> String {
+        // Bytes and objects are whole: a change that rounds to none has no sign.
+        let sign = if signed && value.round() >= 0.0 {
+            "+"
+        } else if value.round() < 0.0 {
+            "-"
+        } else {
+            ""
+        };
+        match self.unit {
+            Unit::Samples if signed => format!("{value:+.3} s"),
+            Unit::Samples => format!("{value:.3} s"),
+            unit if unit.is_bytes() => format!("{sign}{}", units::bytes(value.abs().round() as u64)),
+            _ => format!("{sign}{:.0} objects", value.abs()),
+        }
+    }
+
     /// The lines above the rows: how changes are judged, and the columns. Returns the factor
-    /// from seconds to the time columns' unit.
+    /// from seconds (or the heap value) to the time columns' unit.
     fn heading(&self, opts: Options, out: &mut String) -> f64 {
         let level = 100.0 * opts.confidence;
         let what = if opts.cumulative { "cumulative" } else { "flat (self)" };
+        let measure = match self.unit {
+            Unit::Samples => "CPU time",
+            unit => unit.name(),
+        };
         let time_what = if self.per_unit {
-            "CPU time per unit of work"
+            format!("{measure} per unit of work")
         } else {
-            "CPU time per run"
+            format!("{measure} per run")
         };
         let tested = if self.history {
             "share and time changes"
@@ -37,12 +62,18 @@ impl Report {
              family-wise (Holm over the {} of {} {tested} that could be)",
             opts.alpha, self.testable, self.tested
         );
+        if self.unit != Unit::Samples {
+            out.push_str(
+                "observations: the sampled objects (a sampling heap profiler draws them like a Poisson process), \
+                 each weighing what its line scales it to; shares are of Kish's effective number of them\n",
+            );
+        }
         let scale = self
             .rows
             .iter()
             .map(|r| r.time.before.abs().max(r.time.after.abs()))
-            .fold(self.base_seconds, f64::max);
-        let (unit, factor) = time_unit(scale);
+            .fold(self.base_amount, f64::max);
+        let (unit, factor) = amount_unit(self.unit, scale);
         let before = if self.history { "usual" } else { "before" };
         let _ = writeln!(
             out,
@@ -80,27 +111,51 @@ impl Report {
             let _ = writeln!(out, "significant: {}", marked.join(", "));
         }
         if let Some(r) = self.rows.iter().find(|r| r.settle.is_some_and(|k| k > 1.0)) {
-            let _ = writeln!(
-                out,
-                "settle: how many times the samples (in both runs) would make a change of this size significant \
-                 (|z| {:.1}), if it is real: {} needs {:.1}x, ~{:.0} samples per run ({:.1} s of CPU at this \
-                 frequency; faster than the kernel tick adds no observations, longer runs do).",
-                self.z_needed,
-                r.function,
-                r.settle.unwrap_or(1.0),
-                r.settle.unwrap_or(1.0) * self.base_run.0 as f64,
-                r.settle.unwrap_or(1.0) * self.base_run.1,
-            );
+            if self.unit != Unit::Samples {
+                let _ = writeln!(
+                    out,
+                    "settle: how many times the samples (in both runs) would make a change of this size significant \
+                     (|z| {:.1}), if it is real: {} needs {:.1}x, ~{:.0} sampled objects per run (a smaller \
+                     sampling period gives more).",
+                    self.z_needed,
+                    r.function,
+                    r.settle.unwrap_or(1.0),
+                    r.settle.unwrap_or(1.0) * self.base_run.0 as f64,
+                );
+            } else {
+                let _ = writeln!(
+                    out,
+                    "settle: how many times the samples (in both runs) would make a change of this size significant \
+                     (|z| {:.1}), if it is real: {} needs {:.1}x, ~{:.0} samples per run ({:.1} s of CPU at this \
+                     frequency; faster than the kernel tick adds no observations, longer runs do).",
+                    self.z_needed,
+                    r.function,
+                    r.settle.unwrap_or(1.0),
+                    r.settle.unwrap_or(1.0) * self.base_run.0 as f64,
+                    r.settle.unwrap_or(1.0) * self.base_run.1,
+                );
+            }
         }
         if self.history {
             out.push_str("history: a change is judged against the runs' spread beyond their sampling error.\n");
+        } else if self.unit != Unit::Samples {
+            let _ = writeln!(
+                out,
+                "{}: the totals were {} and {} ({}); intervals are sampling error only, the totals' \
+                 run-to-run noise needs repeated runs (--history).",
+                self.unit.name(),
+                self.amount(self.base_amount, false),
+                self.amount(self.new_amount, false),
+                self.total_growth()
+                    .map_or("from nothing".to_string(), |g| format!("{g:+.1}%"))
+            );
         } else {
             let _ = writeln!(
                 out,
                 "time: the totals were {:.3} s and {:.3} s ({}); time intervals are sampling error only, \
                  the totals' run-to-run noise needs repeated runs (--history).",
-                self.base_seconds,
-                self.new_seconds,
+                self.base_amount,
+                self.new_amount,
                 self.total_growth()
                     .map_or("from nothing".to_string(), |g| format!("{g:+.1}%"))
             );
@@ -135,6 +190,21 @@ fn row(r: &Row, factor: f64, out: &mut String) {
         mark(&r.time),
         r.function
     );
+}
+
+/// The unit the time (or heap value) columns are printed in, for values up to `scale`, and
+/// the factor to it.
+fn amount_unit(unit: Unit, scale: f64) -> (&'static str, f64) {
+    match unit {
+        Unit::Samples => time_unit(scale),
+        unit if unit.is_bytes() => {
+            let (name, bytes) = units::bytes_unit(scale as u64);
+            (name, 1.0 / bytes)
+        }
+        _ if scale >= 1e6 => ("M objects", 1e-6),
+        _ if scale >= 1e3 => ("k objects", 1e-3),
+        _ => ("objects", 1.0),
+    }
 }
 
 /// The unit the time columns are printed in, for values up to `scale` seconds.

@@ -1,12 +1,14 @@
 //! `convert --to pprof`: the profile as gzipped pprof protobuf, symbolised here (functions,
-//! files, lines, inlined frames) so readers need no access to the binaries.
+//! files, lines, inlined frames) so readers need no access to the binaries. A heap profile
+//! becomes pprof's four heap sample types ([`encode_heap`]).
 
 use crate::error::{Error, Result};
 use crate::input::raw::ChainSet;
 use crate::input::Source;
-use crate::model::filters::Filters;
+use crate::model::filters::{self, Filters};
 use crate::render::progress::Progress;
 use crate::symbols::{BuildIds, Locator, Symbolizer};
+use cpuprof::format::heap::{HeapProfile, HeapValue};
 use cpuprof::format::pprof::{Pprof, PprofWriter};
 use cpuprof::format::{Profile, ReadContext, Scan};
 use flate2::write::GzEncoder;
@@ -35,6 +37,43 @@ pub fn encode(profile: &Profile, locator: &Locator, filters: &Filters) -> Pprof 
         },
         |path| build_ids.get(path).unwrap_or_default(),
     )
+}
+
+/// A heap profile as pprof's `alloc_objects`, `alloc_space`, `inuse_objects` and
+/// `inuse_space` ([`HeapProfile::to_pprof`]: each line scaled back), its addresses named here as
+/// [`encode`] names a CPU profile's, as `filters` leave it. `value` is made the last sample type,
+/// which readers show by default (pprof's order has `inuse_space` last).
+pub fn encode_heap(profile: &HeapProfile, locator: &Locator, filters: &Filters, value: HeapValue) -> Pprof {
+    let filtered;
+    let profile = if filters.active() {
+        filtered = filters::heap_profile(profile, locator, filters);
+        &filtered
+    } else {
+        profile
+    };
+    let maps = profile.maps();
+    let mut symbolizer = Symbolizer::new(locator.clone(), &maps);
+    let mut build_ids = BuildIds::default();
+    let mut pprof = profile.to_pprof(
+        |addr| {
+            let mut frames = symbolizer.frames(&maps, addr);
+            if filters.active() {
+                frames.retain(|f| !filters.hides(&f.function));
+            }
+            frames
+        },
+        |path| build_ids.get(path).unwrap_or_default(),
+    );
+    if let Some(at) = pprof.values.iter().position(|&(name, _)| name == value.name()) {
+        let last = pprof.values.len() - 1;
+        pprof.values[at..].rotate_left(1);
+        for sample in &mut pprof.samples {
+            if sample.values.len() == last + 1 {
+                sample.values[at..].rotate_left(1);
+            }
+        }
+    }
+    pprof
 }
 
 /// `convert --to pprof` without filters, of a raw profile read in passes (`outline` is what
@@ -114,4 +153,45 @@ pub fn write(pprof: &Pprof, output: &Path) -> Result<()> {
     gz.write_all(&pprof.encode())
         .and_then(|()| gz.finish()?.flush())
         .map_err(|e| Error::write(output, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_heap_profile_carries_its_four_values_the_one_asked_for_last() {
+        let text = "heap profile: 4: 4096 [12: 20480] @ heap_v2/524288\n\
+                    3: 3072 [4: 4096] @ 0x1000 0x2000\n\
+                    1: 1024 [8: 16384] @ 0x1100 0x2000\n";
+        let profile = HeapProfile::parse(text.as_bytes()).unwrap();
+        let locator = Locator::default();
+        let default = encode_heap(&profile, &locator, &Filters::default(), HeapValue::InuseSpace);
+        let names: Vec<&str> = default.values.iter().map(|v| v.0).collect();
+        assert_eq!(names, ["alloc_objects", "alloc_space", "inuse_objects", "inuse_space"]);
+        let alloc = encode_heap(&profile, &locator, &Filters::default(), HeapValue::AllocSpace);
+        let names: Vec<&str> = alloc.values.iter().map(|v| v.0).collect();
+        assert_eq!(names, ["alloc_objects", "inuse_objects", "inuse_space", "alloc_space"]);
+        for (a, d) in alloc.samples.iter().zip(&default.samples) {
+            assert_eq!(a.values, [d.values[0], d.values[2], d.values[3], d.values[1]]);
+        }
+        // Filters: the line through 0x1100 ignored, the rest kept whole.
+        let ignore = Filters {
+            ignore: Some(regex::Regex::new("^0x1100$").unwrap()),
+            ..Filters::default()
+        };
+        let filtered = encode_heap(&profile, &locator, &ignore, HeapValue::InuseSpace);
+        assert_eq!(filtered.samples.len(), 1);
+        assert_eq!(filtered.samples[0].values, default.samples[0].values);
+        let addresses: Vec<u64> = filtered.samples[0]
+            .locations
+            .iter()
+            .map(|&l| filtered.locations[l].address)
+            .collect();
+        assert_eq!(
+            addresses,
+            [0x1000, 0x1fff],
+            "the allocating call as it is, return addresses minus one"
+        );
+    }
 }

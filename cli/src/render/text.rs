@@ -1,8 +1,13 @@
 //! Reports over a symbolised profile: top, flame graph, dump.
 
 use crate::error::{Error, Result};
+use crate::input::heap;
 use crate::model::stacks::{Functions, Stacks};
+use crate::model::unit::Unit;
+use crate::render::units::{self, Scale};
+use cpuprof::format::heap::{HeapCounts, HeapKind, HeapProfile};
 use cpuprof::format::Profile;
+use std::collections::HashSet;
 use std::fmt::Write;
 use std::path::Path;
 
@@ -19,6 +24,9 @@ pub fn top(functions: &Functions, by_cum: bool, count: usize) -> String {
         key(b).cmp(&key(a)).then(a.1.cmp(b.1))
     });
     let pct = |n: u64| percent(n, total);
+    if functions.unit != Unit::Samples {
+        return heap_top(functions, &rows[..rows.len().min(count)]);
+    }
     let seconds = total as f64 * functions.period_us as f64 / 1e6;
     let mut out = format!(
         "Total: {total} samples ({seconds:.2} s at {} us per sample)\n",
@@ -73,6 +81,64 @@ pub fn top(functions: &Functions, by_cum: bool, count: usize) -> String {
     out
 }
 
+/// `top` of a heap profile: the rows (index, name, flat, cum) in bytes or objects, in one unit
+/// chosen as pprof chooses it, so the total reads as `go tool pprof -top` prints it.
+fn heap_top(functions: &Functions, rows: &[(usize, &str, u64, u64)]) -> String {
+    let (unit, total) = (functions.unit, functions.total);
+    let smallest = rows
+        .iter()
+        .map(|&(_, _, f, c)| if f > 0 { f } else { c })
+        .filter(|&v| v > 0)
+        .min()
+        .unwrap_or(0);
+    let scale = Scale::for_table(unit, smallest, total);
+    let mut out = heap_heading(unit);
+    let _ = writeln!(out, "Total: {} {}", scale.label(total), unit.name());
+    if let Some(kept) = functions.kept {
+        let _ = writeln!(
+            out,
+            "Filters kept {} ({:.1}% of the total, which percentages are of)",
+            scale.label(kept),
+            percent(kept, total)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{:>10} {:>6} {:>6} {:>10} {:>6}  function",
+        "flat", "flat%", "sum%", "cum", "cum%"
+    );
+    let mut sum = 0u64;
+    for &(_, name, f, c) in rows {
+        sum = sum.saturating_add(f);
+        let _ = writeln!(
+            out,
+            "{:>10} {:>5.1}% {:>5.1}% {:>10} {:>5.1}%  {name}",
+            scale.label(f),
+            percent(f, total),
+            percent(sum, total),
+            scale.label(c),
+            percent(c, total)
+        );
+    }
+    out
+}
+
+/// The line that says what a heap profile's counts are.
+pub fn heap_heading(unit: Unit) -> String {
+    let Unit::Heap { value, period } = unit else {
+        return String::new();
+    };
+    let sampling = if period > 1 {
+        format!(
+            "sampled every {} on average, each line scaled back as pprof does",
+            units::bytes(period)
+        )
+    } else {
+        "every allocation recorded".to_string()
+    };
+    format!("Heap profile: {} ({sampling})\n", value.name())
+}
+
 pub fn percent(n: u64, total: u64) -> f64 {
     if total == 0 {
         0.0
@@ -85,14 +151,58 @@ pub fn flamegraph(stacks: &Stacks, output: &Path) -> Result<()> {
     let lines = stacks.folded();
     let file = std::fs::File::create(output).map_err(|e| Error::create(output, e))?;
     let mut options = inferno::flamegraph::Options::default();
-    options.title = "CPU profile".into();
-    options.count_name = "samples".into();
+    match stacks.unit {
+        Unit::Samples => {
+            options.title = "CPU profile".into();
+            options.count_name = "samples".into();
+        }
+        Unit::Heap { value, .. } => {
+            options.title = format!("Heap profile: {}", value.name());
+            options.count_name = stacks.unit.counts().into();
+        }
+    }
     inferno::flamegraph::from_lines(
         &mut options,
         lines.iter().map(String::as_str),
         std::io::BufWriter::new(file),
     )
     .map_err(|e| Error::Input(format!("cannot draw flame graph: {e}")))
+}
+
+/// What `check` says of a heap profile: how it was sampled, its lines and mappings, and its
+/// totals as written (sampled) and scaled back line by line (what readers show).
+pub fn heap_check(profile: &HeapProfile) -> String {
+    let sampled = profile.totals();
+    let scaled = profile.records.iter().fold(HeapCounts::default(), |sum, r| {
+        sum.plus(heap::scaled(profile, r.counts))
+    });
+    let sampling = match (profile.kind, profile.period) {
+        (HeapKind::Growth, _) => "growth profile (not sampled)".to_string(),
+        (HeapKind::Heap, period) if period > 1 => {
+            format!(
+                "heap profile, sampled every {} ({period} bytes) on average",
+                units::bytes(period)
+            )
+        }
+        (HeapKind::Heap, _) => "heap profile, every allocation recorded".to_string(),
+    };
+    let distinct: HashSet<&[u64]> = profile.records.iter().map(|r| r.stack.as_slice()).collect();
+    format!(
+        "{sampling}, {} line{}, {} distinct stacks, {} mappings; in use: {} objects, {} ({} objects, {} bytes \
+         sampled); allocated: {} objects, {} ({} objects, {} bytes sampled)",
+        profile.records.len(),
+        if profile.records.len() == 1 { "" } else { "s" },
+        distinct.len(),
+        profile.maps().entries.len(),
+        scaled.inuse_objects,
+        units::bytes(scaled.inuse_bytes),
+        sampled.inuse_objects,
+        sampled.inuse_bytes,
+        scaled.alloc_objects,
+        units::bytes(scaled.alloc_bytes),
+        sampled.alloc_objects,
+        sampled.alloc_bytes,
+    )
 }
 
 pub fn dump(profile: &Profile) -> String {
@@ -127,4 +237,44 @@ pub fn dump(profile: &Profile) -> String {
         };
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cpuprof::format::heap::HeapValue;
+
+    #[test]
+    fn top_of_a_heap_profile_reads_as_pprof_prints_it() {
+        let mut stacks = Stacks::new(0);
+        stacks.unit = Unit::Heap {
+            value: HeapValue::InuseSpace,
+            period: 524288,
+        };
+        // go tool pprof -top of tests' 3:1 heap profile: 150.15MB and 50.05MB of 200.20MB.
+        stacks.push(["main", "grow_big"], 157440050);
+        stacks.push(["main", "grow_small"], 52480016);
+        let text = top(&stacks.functions(), false, 10);
+        assert_eq!(
+            text,
+            "Heap profile: inuse_space (sampled every 512kB on average, each line scaled back as pprof does)\n\
+             Total: 200.20MB inuse_space\n      \
+             flat  flat%   sum%        cum   cum%  function\n  \
+             150.15MB  75.0%  75.0%   150.15MB  75.0%  grow_big\n   \
+             50.05MB  25.0% 100.0%    50.05MB  25.0%  grow_small\n         \
+             0   0.0% 100.0%   200.20MB 100.0%  main\n"
+        );
+        stacks.unit = Unit::Heap {
+            value: HeapValue::AllocObjects,
+            period: 1,
+        };
+        let text = top(&stacks.functions(), true, 1);
+        assert!(
+            text.starts_with(
+                "Heap profile: alloc_objects (every allocation recorded)\nTotal: 209920066 alloc_objects\n"
+            ),
+            "{text}"
+        );
+        assert!(text.ends_with(" 209920066 100.0%  main\n"), "{text}");
+    }
 }

@@ -256,26 +256,26 @@ pub fn advise<'a>(analysis: &'a Analysis, growth: Option<(&Report, usize)>) -> A
             let stake = if share_grew {
                 row.share.change() / 100.0
             } else {
-                row.time.change() / report.base_seconds.max(f64::MIN_POSITIVE)
+                row.time.change() / report.base_amount.max(f64::MIN_POSITIVE)
             };
             hints.push((
                 stake,
                 Hint::Growth {
                     row: row.clone(),
                     runs,
-                    usual_seconds: report.base_seconds,
+                    usual_seconds: report.base_amount,
                 },
             ));
         }
-        if !slower.is_empty() && report.base_seconds > 0.0 {
+        if !slower.is_empty() && report.base_amount > 0.0 {
             // One hint for all of them, at stake what the largest added to the usual total.
             let added = slower.iter().map(|r| r.time.change()).fold(0.0, f64::max);
             hints.push((
-                added / report.base_seconds,
+                added / report.base_amount,
                 Hint::Slower {
                     functions: slower.iter().map(|r| r.function.clone()).collect(),
-                    usual_seconds: report.base_seconds,
-                    seconds: report.new_seconds,
+                    usual_seconds: report.base_amount,
+                    seconds: report.new_amount,
                     runs,
                 },
             ));

@@ -7,12 +7,16 @@
 //! functions (from `list`); with a baseline profile, a differential flame graph and the
 //! `diff` table; with a history, the same against the history and its trend chart.
 //!
+//! A heap profile gets the same page without hints and source ([`heap`]): widths are its
+//! bytes or objects.
+//!
 //! The reports are computed here by the commands' own code (`advise`, `list`, `diff`,
 //! `history`), so the page and the commands cannot disagree. What the script needs (the call
 //! tree, the functions, which changed) travels as one JSON block; what it does not redraw
 //! (hints, tables of numbers, listings, the trend chart) is written as HTML here.
 
 use crate::error::Result;
+pub mod heap;
 mod listing;
 
 use crate::render::markup::escape;
@@ -24,6 +28,7 @@ use crate::analysis::diff::{self, Report};
 use crate::analysis::history::Epoch;
 use crate::model::filters::Filters;
 use crate::model::stacks::{Functions, Stacks};
+use crate::model::unit::Unit;
 use crate::render::json;
 use crate::symbols::Locator;
 use cpuprof::format::Profile;
@@ -91,11 +96,7 @@ pub fn page(file: &Path, bytes: &[u8], baseline: &Baseline, opts: &Options) -> R
         comparison.report.as_ref().map(|(r, _)| r),
     ));
     html.push_str(GRAPH_SECTION);
-    html.push_str(
-        "<section id=\"top\"><h2>Functions</h2><p class=\"help\">Click a column to sort, a name to show it in the \
-flame graph.</p><table id=\"toptable\"><thead><tr><th data-k=\"flat\">flat</th><th data-k=\"flat\">flat%</th>\
-<th data-k=\"cum\">cum</th><th data-k=\"cum\">cum%</th><th data-k=\"name\">function</th></tr></thead><tbody></tbody></table></section>\n",
-    );
+    html.push_str(TOP_SECTION);
     if let Some((report, _)) = &comparison.report {
         html.push_str(&diff_section(report, &comparison.subtitle));
     }
@@ -237,6 +238,15 @@ fn script_data(
         comparison.base_total,
         tree.json()
     );
+    if let Unit::Heap { value, .. } = stacks.unit {
+        // What the widths count, for the script's labels (a CPU profile's are samples).
+        let _ = write!(
+            data,
+            ",\"unit\":\"{}\",\"value\":\"{}\"",
+            stacks.unit.counts(),
+            value.name()
+        );
+    }
     let rows: Vec<String> = functions
         .counts
         .iter()
@@ -324,6 +334,10 @@ pub fn beside(profile: &Path) -> PathBuf {
         }
     }
 }
+
+const TOP_SECTION: &str = "<section id=\"top\"><h2>Functions</h2><p class=\"help\">Click a column to sort, a name to \
+show it in the flame graph.</p><table id=\"toptable\"><thead><tr><th data-k=\"flat\">flat</th><th data-k=\"flat\">flat%</th>\
+<th data-k=\"cum\">cum</th><th data-k=\"cum\">cum%</th><th data-k=\"name\">function</th></tr></thead><tbody></tbody></table></section>\n";
 
 const GRAPH_SECTION: &str = "<section id=\"graph\"><h2>Flame graph</h2>\
 <div class=\"toolbar\"><input id=\"search\" type=\"search\" placeholder=\"Search functions (regular expression)\" \

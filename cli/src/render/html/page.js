@@ -14,6 +14,19 @@
     return escaped[id];
   };
   const pct = (n, total) => (total > 0 ? (100 * n) / total : 0).toFixed(2) + "%";
+  // What the widths count: CPU samples, or a heap profile's bytes or objects (D.unit, D.value).
+  const unit = D.unit || "samples";
+  const UNITS = ["B", "kB", "MB", "GB", "TB", "PB"];
+  // Bytes as pprof prints them: the largest unit not above the value, two decimals, ".00" dropped.
+  const bytes = (n) => {
+    let k = 0;
+    while (k + 1 < UNITS.length && n / Math.pow(1024, k + 1) >= 1) k++;
+    const text = (n / Math.pow(1024, k)).toFixed(2).replace(/\.00$/, "");
+    return text === "0" ? "0" : text + UNITS[k];
+  };
+  const cell = (n) => (unit === "bytes" ? bytes(n) : `${n}`);
+  const amount = (n) => (unit === "bytes" ? bytes(n) : `${n} ${unit}`);
+  const rootLabel = unit === "samples" ? "all samples" : `all (${D.value})`;
 
   // A call tree in preorder: per node its name id, samples (and the baseline's), depth, the
   // index just past its subtree, and its parent.
@@ -110,7 +123,7 @@
     const bar = (i, x, w, cls) => {
       const [kind, fill] = colour(t, i, 0);
       const m = match && match[t.name[i]] ? " m" : "";
-      const label = w >= 24 ? (i === 0 && t === main ? "all samples" : esc(t.name[i])) : "";
+      const label = w >= 24 ? (i === 0 && t === main ? rootLabel : esc(t.name[i])) : "";
       out.push(
         `<div class="fr ${cls}${kind ? " " + kind : ""}${m}" data-i="${i}" style="left:${x.toFixed(2)}px;width:${w.toFixed(2)}px;top:${t.depth[i] * ROW}px;background:${fill}">${label}</div>`
       );
@@ -183,7 +196,7 @@
     matched.dataset.samples = samples;
     matched.dataset.percent = total > 0 ? (100 * samples) / total : 0;
     matched.textContent =
-      `Matched ${functions} function${functions === 1 ? "" : "s"}: ${samples} samples, ${pct(samples, total)} of all` +
+      `Matched ${functions} function${functions === 1 ? "" : "s"}: ${amount(samples)}, ${pct(samples, total)} of all` +
       (main.base ? ` (baseline ${pct(before, baseRoot)})` : "");
     drawMain();
   }
@@ -256,13 +269,13 @@
       return;
     }
     const { t, i } = f;
-    const label = i === 0 && t === main ? "all samples" : names[t.name[i]];
-    let text = `${label}\n${t.value[i]} samples, ${pct(t.value[i], total)} of all`;
+    const label = i === 0 && t === main ? rootLabel : names[t.name[i]];
+    let text = `${label}\n${amount(t.value[i])}, ${pct(t.value[i], total)} of all`;
     if (f.graph.focus) text += `, ${pct(t.value[i], t.value[f.graph.focus])} of the zoomed frame`;
     if (t.base) {
       const now = t.value[0] > 0 ? (100 * t.value[i]) / t.value[0] : 0;
       const was = t.base[0] > 0 ? (100 * t.base[i]) / t.base[0] : 0;
-      text += `\nbaseline ${t.base[i]} samples: share ${was.toFixed(2)}% -> ${now.toFixed(2)}% (${(now - was >= 0 ? "+" : "") + (now - was).toFixed(2)} points)`;
+      text += `\nbaseline ${amount(t.base[i])}: share ${was.toFixed(2)}% -> ${now.toFixed(2)}% (${(now - was >= 0 ? "+" : "") + (now - was).toFixed(2)} points)`;
       if (grown.has(t.name[i]) || shrank.has(t.name[i])) text += ", the function's change is significant";
     }
     tip.textContent = text;
@@ -311,7 +324,7 @@
       sum += flat;
       const src = D.sources[id] ? ` <a class="srclink" href="#${D.sources[id]}">source</a>` : "";
       out.push(
-        `<tr><td>${flat}</td><td>${pct(flat, total)}</td><td>${cum}</td><td>${pct(cum, total)}</td>` +
+        `<tr><td>${cell(flat)}</td><td>${pct(flat, total)}</td><td>${cell(cum)}</td><td>${pct(cum, total)}</td>` +
           `<td><a href="#graph" class="fn" data-id="${id}">${esc(id)}</a>${src}</td></tr>`
       );
     }

@@ -5,6 +5,7 @@ use super::DIFF_ROWS;
 use crate::analysis::advise::{Advice, Hint};
 use crate::analysis::diff::{self, Report};
 use crate::analysis::history::{self, Epoch};
+use crate::model::unit::Unit;
 use crate::render::markup::escape;
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write;
@@ -99,14 +100,24 @@ its evidence.</p><ol class=\"hints\">",
 }
 
 pub fn diff_section(report: &Report, subtitle: &str) -> String {
+    // CPU seconds, or a heap profile's value as `diff` prints it.
+    let amount_head = match report.unit {
+        Unit::Samples => "time before (s)".to_string(),
+        unit => format!("{} before", unit.name()),
+    };
+    let amount = |v: f64| match report.unit {
+        Unit::Samples => format!("{v:.3}"),
+        _ => report.amount(v, false),
+    };
     let mut html = format!(
         "<section id=\"diff\"><h2>Changes</h2><p class=\"help\">This profile {} (cumulative shares: a function and \
 what it calls). A change marked * is significant after Holm's correction over all {} functions tested; the \
 differential flame graph colours the stacks of those functions red where they grew and blue where they shrank, \
 other changes pale.</p><table class=\"diff\"><thead><tr><th>function</th><th>share before</th><th>after</th>\
-<th>change (points)</th><th>interval</th><th></th><th>time before (s)</th><th>after</th></tr></thead><tbody>",
+<th>change (points)</th><th>interval</th><th></th><th>{}</th><th>after</th></tr></thead><tbody>",
         escape(subtitle),
-        report.tested
+        report.tested,
+        escape(&amount_head)
     );
     let mut rows: Vec<&diff::Row> = report.rows.iter().collect();
     rows.sort_by(|a, b| {
@@ -127,7 +138,7 @@ other changes pale.</p><table class=\"diff\"><thead><tr><th>function</th><th>sha
         let _ = write!(
             html,
             "<tr class=\"{class}\"><td>{}</td><td>{:.2} %</td><td>{:.2} %</td><td>{:+.2}</td><td>[{:+.2}, {:+.2}]</td>\
-<td>{}</td><td>{:.3}</td><td>{:.3}</td></tr>",
+<td>{}</td><td>{}</td><td>{}</td></tr>",
             function_link(&row.function, &row.function),
             s.before,
             s.after,
@@ -135,8 +146,8 @@ other changes pale.</p><table class=\"diff\"><thead><tr><th>function</th><th>sha
             s.low,
             s.high,
             if s.significant { "*" } else { "" },
-            row.time.before,
-            row.time.after
+            amount(row.time.before),
+            amount(row.time.after)
         );
     }
     html.push_str("</tbody></table></section>\n");
