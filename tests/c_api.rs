@@ -89,6 +89,24 @@ fn exports_exactly_the_profiler_h_functions() {
         "setfsuid",
         "setfsgid",
         "prctl",
+        // gperftools' heap-profiler.h, and the allocator's functions, counted for heap
+        // profiles and passed to the next allocator (issue 27).
+        "HeapProfilerStart",
+        "HeapProfilerStop",
+        "HeapProfilerDump",
+        "IsHeapProfilerRunning",
+        "GetHeapProfile",
+        "malloc",
+        "free",
+        "calloc",
+        "realloc",
+        "reallocarray",
+        "memalign",
+        "posix_memalign",
+        "aligned_alloc",
+        "valloc",
+        "pvalloc",
+        "malloc_usable_size",
     ];
     expected.sort();
     assert_eq!(exported, expected);
