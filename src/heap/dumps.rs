@@ -176,11 +176,22 @@ impl Files {
     }
 }
 
-/// The profile now, its maps with the build-ids of the code in them.
+/// The profile now, its maps with the build-ids of the code in them, and what it lost (a
+/// `# heap-losses` line after the maps, which readers skip, and on stderr), if anything.
 pub fn current(mappings: &mut SeenMappings) -> HeapProfile {
     let maps = crate::in_program::procfs::read_self_maps();
     mappings.read_build_ids(&maps);
-    recorder::profile(mappings.complete(&maps))
+    let mut text = mappings.complete(&maps);
+    let (no_site, untracked) = recorder::losses();
+    if no_site > 0 || untracked > 0 {
+        let line = format!(
+            "# heap-losses: {no_site} sampled allocations found the site table full (not in the profile); \
+             {untracked} sampled blocks found their bucket full (their frees unseen: counted in use)\n"
+        );
+        crate::say!("cpuprof: heap profile: {}", line.trim_start_matches("# heap-losses: ").trim_end());
+        text.extend_from_slice(line.as_bytes());
+    }
+    recorder::profile(text)
 }
 
 /// In a forked child: its files are its own, numbered from 1 (see [`Files::path`]).
