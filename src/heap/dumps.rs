@@ -188,7 +188,10 @@ pub fn current(mappings: &mut SeenMappings) -> HeapProfile {
             "# heap-losses: {no_site} sampled allocations found the site table full (not in the profile); \
              {untracked} sampled blocks found their bucket full (their frees unseen: counted in use)\n"
         );
-        crate::say!("cpuprof: heap profile: {}", line.trim_start_matches("# heap-losses: ").trim_end());
+        crate::say!(
+            "cpuprof: heap profile: {}",
+            line.trim_start_matches("# heap-losses: ").trim_end()
+        );
         text.extend_from_slice(line.as_bytes());
     }
     recorder::profile(text)
