@@ -48,27 +48,8 @@ pub fn diff(a: DiffArgs) -> Result<u8> {
         heap::cpu_takes_no_index(index)?;
         Ok(seen(&input::raw::read_source(path, &source, &locator)?, units))
     };
-    // Profiles of one kind only, and no time in seconds for a heap profile.
-    let check = |first: &diffing::Summary, second: &diffing::Summary, names: (&Path, &Path)| -> Result<()> {
-        let kind = |s: &diffing::Summary| match s.unit().heap_value() {
-            Some(value) => format!("a heap profile ({})", value.name()),
-            None => "a CPU profile".to_string(),
-        };
-        if first.unit().heap_value() != second.unit().heap_value() {
-            return Err(Error::Input(format!(
-                "{} is {} and {} {}: diff compares profiles of one kind",
-                names.0.display(),
-                kind(first),
-                names.1.display(),
-                kind(second)
-            )));
-        }
-        if first.unit().heap_value().is_some() && criteria.fail_on.iter().any(|g| matches!(g, Gate::Seconds(_))) {
-            return Err(Error::Usage(
-                "--fail-on growth=SECONDS applies to CPU profiles; for heap profiles use growth=PERCENT% or share=POINTS",
-            ));
-        }
-        Ok(())
+    let check = |first: &diffing::Summary, second: &diffing::Summary, names: (&Path, &Path)| {
+        same_kind(first, second, names, &criteria.fail_on)
     };
     let report = match a.history {
         Some(dir) => {
@@ -116,14 +97,51 @@ pub fn diff(a: DiffArgs) -> Result<u8> {
         }
     };
     print!("{}", report.render(opts));
-    if criteria.fail_on.is_empty() {
-        return Ok(if report.significant().next().is_some() { 3 } else { 0 });
+    Ok(exit_status(&report, &criteria.fail_on))
+}
+
+/// 3 when the gates fail (each printed), or with no gates when a change is significant.
+fn exit_status(report: &diffing::Report, fail_on: &[Gate]) -> u8 {
+    if fail_on.is_empty() {
+        return if report.significant().next().is_some() { 3 } else { 0 };
     }
-    let failures = report.failures(&criteria.fail_on);
+    let failures = report.failures(fail_on);
     for failure in &failures {
         println!("FAIL {failure}");
     }
-    Ok(if failures.is_empty() { 0 } else { 3 })
+    if failures.is_empty() {
+        0
+    } else {
+        3
+    }
+}
+
+/// Profiles of one kind only, and no time in seconds for a heap profile.
+fn same_kind(
+    first: &diffing::Summary,
+    second: &diffing::Summary,
+    names: (&Path, &Path),
+    fail_on: &[Gate],
+) -> Result<()> {
+    let kind = |s: &diffing::Summary| match s.unit().heap_value() {
+        Some(value) => format!("a heap profile ({})", value.name()),
+        None => "a CPU profile".to_string(),
+    };
+    if first.unit().heap_value() != second.unit().heap_value() {
+        return Err(Error::Input(format!(
+            "{} is {} and {} {}: diff compares profiles of one kind",
+            names.0.display(),
+            kind(first),
+            names.1.display(),
+            kind(second)
+        )));
+    }
+    if first.unit().heap_value().is_some() && fail_on.iter().any(|g| matches!(g, Gate::Seconds(_))) {
+        return Err(Error::Usage(
+            "--fail-on growth=SECONDS applies to CPU profiles; for heap profiles use growth=PERCENT% or share=POINTS",
+        ));
+    }
+    Ok(())
 }
 
 /// The kernel tick a CPU profile's observations assume, as the header says it; nothing for a
