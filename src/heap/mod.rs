@@ -13,7 +13,7 @@
 //!
 //! How an allocation is counted: a per-thread byte countdown ([`countdown`]); the allocation
 //! that crosses zero is sampled — its call chain walked and entered in the site table
-//! ([`sites`]), its address remembered ([`blocks`]) so that its free is seen. Everything on
+//! (`sites`), its address remembered (`blocks`) so that its free is seen. Everything on
 //! the allocation and free path follows the signal handler's rules: no allocation, no lock,
 //! no system call on the common path, no lazily initialised thread-local.
 

@@ -1,7 +1,7 @@
 //! The process's heap profile while it runs: the sampled allocations' sites and the sampled
 //! blocks still allocated, and what the allocation path calls.
 //!
-//! Everything here that the allocation path calls ([`sampling_period`], [`record`],
+//! Everything here that the allocation path calls ([`is_running`], [`allocated`],
 //! [`forget`]) obeys the signal handler's rules: no allocation, no lock, no system call on
 //! the common path, nothing that can panic. The tables are mapped when the first profile
 //! starts and stay mapped (a free in flight may be reading them); a restart clears them.
