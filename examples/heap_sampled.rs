@@ -2,10 +2,12 @@
 //! global allocator, then `heap::start` and `heap::profile`. The known answer of
 //! `tests/c/heap_known.c`: `big_a` allocates three bytes for every one of `big_b`'s, in sizes
 //! from 16 B to 1 MiB; half of `big_b`'s blocks are freed. Prints the truth
-//! (`alloc a=.. b=.. inuse a=.. b=..`) and writes the profile to the path given.
+//! (`alloc a=.. b=.. inuse a=.. b=..`), writes the profile to the path given and prints its
+//! top functions by bytes in use (`heap::report`).
 //!
 //!     cargo run --release --example heap_sampled -- out.heap [rounds]
 
+use cpuprof::format::heap::HeapValue;
 use cpuprof::heap::{self, Sampled};
 use std::alloc::System;
 use std::hint::black_box;
@@ -67,6 +69,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     heap::profile().write_text(&mut std::fs::File::create(&out)?)?;
     println!("alloc a={alloc_a} b={alloc_b} inuse a={alloc_a} b={inuse_b}");
+    // The same profile named in the program: the functions holding the most memory.
+    heap::report().write_top(&mut std::io::stdout(), HeapValue::InuseSpace, 20)?;
     drop(black_box(kept));
     Ok(())
 }

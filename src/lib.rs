@@ -73,6 +73,7 @@ pub mod writer;
 
 pub use error::Error;
 pub use profiler::{Profiler, ProfilerBuilder, ProfilerGuard};
+pub use report::heap::HeapReport;
 pub use report::Report;
 pub use sampler::{SignalError, UnwinderChoice};
 pub use session::options::TimerChoice;

@@ -250,7 +250,19 @@ fn rust_global_allocator_known_answer() {
     let dir = scratch_dir("heap_sampled");
     let profile = dir.join("rust.heap");
     let out = run_alone(&example, &[profile.to_str().unwrap(), ROUNDS], &[]);
-    check_readers(&example, &profile, truth(&out.stdout), false);
+    let truth = truth(&out.stdout);
+    check_readers(&example, &profile, truth, false);
+    // The program's own report (heap::report): cumulative bytes in use, in bytes.
+    let table = String::from_utf8_lossy(&out.stdout);
+    let cum = |function: &str| -> f64 {
+        let line = table
+            .lines()
+            .find(|l| l.ends_with(&format!("::{function}")))
+            .unwrap_or_else(|| panic!("{function} not in\n{table}"));
+        line.split_whitespace().nth(3).unwrap().parse().unwrap()
+    };
+    assert_within("heap::report, big_a in use", cum("big_a"), truth[2]);
+    assert_within("heap::report, big_b in use", cum("big_b"), truth[3]);
 }
 
 /// Without a heap profile, a preloaded program's allocations are passed through: the same

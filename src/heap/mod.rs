@@ -38,6 +38,13 @@ pub fn profile() -> HeapProfile {
     dumps::current(&mut crate::writer::mappings::SeenMappings::default())
 }
 
+/// The heap profile so far with every address named, as [`crate::ProfilerGuard::report`] is
+/// for CPU profiles: `top`, folded stacks and pprof per value (in use or allocated, bytes or
+/// objects).
+pub fn report() -> crate::HeapReport {
+    crate::HeapReport::new(profile())
+}
+
 /// A Rust global allocator that samples the allocations it passes to `A`, for heap profiles
 /// of a Rust program with no preloaded library. Nothing is sampled until [`start`] (or
 /// [`dumps::start`]); until then an allocation costs one thread-local subtraction more.

@@ -26,6 +26,7 @@
 //! # }
 //! ```
 
+pub mod heap;
 mod names;
 mod text;
 
