@@ -47,11 +47,17 @@ fn plain_vs_heap(
     (files, stderr(&profiled))
 }
 
-/// google-pprof reads `profile` of `program` and names some of its functions.
+/// google-pprof reads `profile` of `program` (what was allocated: these programs free most
+/// of it before their end).
 fn google_pprof_reads(program: &Path, profile: &Path) {
     let out = run_ok(
         Path::new("google-pprof"),
-        &["--text", program.to_str().unwrap(), profile.to_str().unwrap()],
+        &[
+            "--text",
+            "--alloc_space",
+            program.to_str().unwrap(),
+            profile.to_str().unwrap(),
+        ],
         &[],
     );
     let text = String::from_utf8_lossy(&out.stdout);

@@ -396,29 +396,53 @@ pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
     call!(Fn::UsableSize, fn(*mut c_void) -> usize, p)
 }
 
-/// Whether the program's `malloc` is this library's: where another allocator comes first
-/// (preloaded before libcpuprof.so, or the program's own), no allocation passes here.
-/// Compared by object, through `dladdr`: taking `malloc`'s address here would itself go
-/// through the symbol table and name the first definition, whichever it is.
-fn malloc_is_ours() -> bool {
-    fn object_of(addr: *const c_void) -> Option<usize> {
+/// The object whose `malloc` the program calls, if it is not this library: where another
+/// allocator comes first (the program's own, or one preloaded before libcpuprof.so), no
+/// allocation passes here. Compared by object, through `dladdr`: taking `malloc`'s address
+/// here would itself go through the symbol table and name the first definition, whichever
+/// it is.
+fn other_malloc() -> Option<String> {
+    fn object_of(addr: *const c_void) -> Option<(usize, String)> {
         // SAFETY: dladdr writes the struct we pass; zeroed is a valid initial value.
         let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-        // SAFETY: any address may be asked about.
-        (unsafe { libc::dladdr(addr, &mut info) } != 0).then_some(info.dli_fbase as usize)
+        // SAFETY: any address may be asked about; dli_fname is NUL-terminated when set.
+        (unsafe { libc::dladdr(addr, &mut info) } != 0).then(|| {
+            let name = if info.dli_fname.is_null() {
+                String::new()
+            } else {
+                unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned()
+            };
+            (info.dli_fbase as usize, name)
+        })
     }
     // SAFETY: dlsym with a constant NUL-terminated name.
     let first = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"malloc".as_ptr()) };
-    let ours = object_of(malloc_is_ours as *const c_void);
-    !first.is_null() && ours.is_some() && object_of(first) == ours
+    let ours = object_of(other_malloc as *const c_void).map(|(base, _)| base);
+    match object_of(first) {
+        Some((base, _)) if Some(base) == ours => None,
+        Some((_, name)) if !name.is_empty() => Some(name),
+        _ => Some("the program".to_string()),
+    }
+}
+
+/// Says, in every process (it is a loss), why the heap profile is off: whose `malloc` runs.
+fn say_heap_off(owner: &str) {
+    // The executable's own malloc comes before any preloaded library: nothing to reorder.
+    let exe = std::fs::read_link("/proc/self/exe").ok();
+    let advice = if owner.is_empty() || exe.as_deref().is_some_and(|e| e == std::path::Path::new(owner)) {
+        "the program defines malloc itself, ahead of any preloaded library: its allocations cannot be seen"
+    } else {
+        "it comes before libcpuprof.so: put libcpuprof.so first in LD_PRELOAD, or link it before the allocator"
+    };
+    messages::say_for_tree(format_args!(
+        "cpuprof: heap profile off in process {}: the program's malloc is {owner}'s, not libcpuprof.so's ({advice})",
+        std::process::id()
+    ));
 }
 
 fn start_files(prefix: &std::path::Path, period: u64, triggers: dumps::Triggers, use_pid: bool) -> bool {
-    if !malloc_is_ours() {
-        cpuprof_core::say!(
-            "cpuprof: heap profile off: the program's malloc is not libcpuprof.so's (another allocator \
-             comes first: put libcpuprof.so first in LD_PRELOAD, or link it before the allocator)"
-        );
+    if let Some(owner) = other_malloc() {
+        say_heap_off(&owner);
         return false;
     }
     match dumps::start(prefix, period, triggers, use_pid) {
@@ -439,8 +463,8 @@ pub fn start_from_environment() {
             None => {}
             Some(Err(e)) => cpuprof_core::say!("cpuprof: {e}; the program continues without a heap profile"),
             Some(Ok(period)) => {
-                if !malloc_is_ours() {
-                    cpuprof_core::say!("cpuprof: heap profile off: the program's malloc is not libcpuprof.so's");
+                if let Some(owner) = other_malloc() {
+                    say_heap_off(&owner);
                 } else if let Err(e) = recorder::start(period) {
                     cpuprof_core::say!("cpuprof: heap profile: {e}");
                 }
@@ -461,8 +485,13 @@ pub fn start_from_environment() {
             if !start_files(&prefix, period, triggers, use_pid) {
                 return;
             }
+            let pid = if use_pid {
+                format!("_{}", std::process::id())
+            } else {
+                String::new()
+            };
             cpuprof_core::say!(
-                "cpuprof: heap profile to {}.NNNN.heap, one sample per {period} bytes",
+                "cpuprof: heap profile to {}{pid}.NNNN.heap, one sample per {period} bytes",
                 prefix.display()
             );
         }

@@ -103,8 +103,11 @@ pub fn stop() {
     recorder::stop();
     if let Some(files) = guard.as_mut() {
         if running {
-            if let Err(e) = files.write("at the end") {
-                crate::say!("cpuprof: heap profile: {e}");
+            // A process started or forked by a profiled one that sampled nothing leaves no
+            // file (as for CPU profiles): a launcher script's `uname` and `grep` would.
+            let descendant = files.use_pid || files.pid != std::process::id();
+            if let Err(e) = files.write_unless_empty("at the end", descendant) {
+                crate::in_program::messages::say_for_tree(format_args!("cpuprof: heap profile: {e}"));
             }
         }
     }
@@ -127,7 +130,7 @@ pub(super) fn when_due() {
     let Some(files) = guard.as_mut() else { return };
     if let Some(reason) = files.due() {
         if let Err(e) = files.write(&reason) {
-            crate::say!("cpuprof: heap profile: {e}");
+            crate::in_program::messages::say_for_tree(format_args!("cpuprof: heap profile: {e}"));
         }
     }
 }
@@ -159,13 +162,23 @@ impl Files {
     }
 
     fn write(&mut self, reason: &str) -> Result<PathBuf, String> {
+        self.write_unless_empty(reason, false)
+    }
+
+    /// Writes the next file (not when `skip_empty` and nothing was sampled); its path. A file
+    /// that cannot be written is said in every process (`say_for_tree` by the callers): it is
+    /// a loss, and a server's workers are rarely the process the user started.
+    fn write_unless_empty(&mut self, reason: &str, skip_empty: bool) -> Result<PathBuf, String> {
         super::walker::refresh_if_stale(super::recorder::WALK_DEPTH);
         let path = self.path();
         let profile = current(&mut self.mappings);
+        if skip_empty && profile.records.is_empty() {
+            return Ok(path);
+        }
         let mut text = Vec::new();
         profile.write_text(&mut text).map_err(|e| e.to_string())?;
         let written = std::fs::File::create(&path).and_then(|mut f| f.write_all(&text));
-        written.map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        written.map_err(|e| format!("process {}: cannot write {}: {e}", std::process::id(), path.display()))?;
         self.written += 1;
         let (allocated, inuse) = recorder::estimated_bytes();
         self.allocated_at_last = allocated;
