@@ -310,5 +310,8 @@ fn peek_agrees_with_go_pprof_peek() {
     let (callers, (_, cum), callees) = &p["rec"];
     assert_eq!(callers.keys().collect::<Vec<_>>(), ["main"]);
     assert_eq!(callees.keys().collect::<Vec<_>>(), ["c"]);
-    assert_eq!((callers["main"], callees["c"]), (*cum, *cum));
+    assert_eq!(callers["main"], *cum);
+    // rec's own instructions (its call and return) take a sample now and then on a busy
+    // machine: c has nearly all of it, not always all.
+    assert!(callees["c"] as f64 >= 0.95 * *cum as f64, "{callees:?} of {cum}");
 }
