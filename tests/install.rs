@@ -251,6 +251,7 @@ fn make_install_with_destdir_puts_every_file_under_it_and_uninstall_removes_them
         ("bin/cpuprof", "755".to_string()),
         ("include/cpuprof.h", "644".into()),
         ("include/gperftools/profiler.h", "644".into()),
+        ("include/gperftools/heap-profiler.h", "644".into()),
         ("lib/libcpuprof.a", "644".into()),
         ("lib/libcpuprof.so", format!("-> {SONAME}")),
         (&format!("lib/{SONAME}"), format!("-> libcpuprof.so.{v}")),

@@ -29,7 +29,8 @@ struct Tables {
 static TABLES: OnceLock<Tables> = OnceLock::new();
 /// The tables once mapped, for the allocation path (a load, no `OnceLock` state machine).
 static TABLES_PTR: AtomicPtr<Tables> = AtomicPtr::new(std::ptr::null_mut());
-static RUNNING: AtomicBool = AtomicBool::new(false);
+/// Whether a profile runs; read directly by the interposers' fast paths.
+pub static RUNNING: AtomicBool = AtomicBool::new(false);
 static PERIOD: AtomicU64 = AtomicU64::new(DEFAULT_PERIOD);
 /// Estimates of the bytes allocated and freed since the start (each sample scaled back),
 /// for the dump triggers.
