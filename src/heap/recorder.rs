@@ -57,6 +57,7 @@ impl std::fmt::Display for StartError {
 
 impl std::error::Error for StartError {}
 
+#[inline(always)]
 fn tables() -> Option<&'static Tables> {
     // SAFETY: set once from a `'static` OnceLock value, never freed.
     unsafe { TABLES_PTR.load(Ordering::Acquire).as_ref() }
