@@ -76,37 +76,12 @@ impl HeapReport {
     /// `value` per function, most in the function itself first: `flat` where the function
     /// made the allocating call, `cumulative` where it was anywhere on the stack.
     pub fn top(&self, value: HeapValue) -> Vec<FunctionCost> {
-        let mut index: HashMap<&str, usize> = HashMap::new();
-        let mut costs: Vec<FunctionCost> = Vec::new();
-        let mut seen: Vec<usize> = Vec::new();
-        for (stack, values) in &self.lines {
-            let amount = Self::value_of(values, value);
-            seen.clear();
-            for (depth, &frame) in stack.iter().enumerate() {
-                let name = self.frames[frame].function.as_str();
-                let i = *index.entry(name).or_insert_with(|| {
-                    costs.push(FunctionCost {
-                        function: name.to_string(),
-                        flat: 0,
-                        cumulative: 0,
-                    });
-                    costs.len() - 1
-                });
-                if depth == 0 {
-                    costs[i].flat += amount;
-                }
-                if !seen.contains(&i) {
-                    seen.push(i);
-                    costs[i].cumulative += amount;
-                }
-            }
-        }
+        let stacks = self
+            .lines
+            .iter()
+            .map(|(stack, values)| (stack.as_slice(), Self::value_of(values, value)));
+        let mut costs = super::function_costs(&self.frames, stacks);
         costs.retain(|c| c.cumulative > 0);
-        costs.sort_by(|a, b| {
-            (b.flat, b.cumulative)
-                .cmp(&(a.flat, a.cumulative))
-                .then_with(|| a.function.cmp(&b.function))
-        });
         costs
     }
 

@@ -190,36 +190,12 @@ impl Report {
 
     /// Samples per function, most flat samples first (then most cumulative, then by name).
     pub fn top(&self) -> Vec<FunctionCost> {
-        let mut index: HashMap<&str, usize> = HashMap::new();
-        let mut costs: Vec<FunctionCost> = Vec::new();
-        let mut seen_in_sample: Vec<usize> = Vec::new();
-        for (stack, sample) in self.stacks.iter().zip(&self.profile.samples) {
-            seen_in_sample.clear();
-            for (depth, &frame) in stack.iter().enumerate() {
-                let name = self.frames[frame].function.as_str();
-                let i = *index.entry(name).or_insert_with(|| {
-                    costs.push(FunctionCost {
-                        function: name.to_string(),
-                        flat: 0,
-                        cumulative: 0,
-                    });
-                    costs.len() - 1
-                });
-                if depth == 0 {
-                    costs[i].flat += sample.count;
-                }
-                if !seen_in_sample.contains(&i) {
-                    seen_in_sample.push(i);
-                    costs[i].cumulative += sample.count;
-                }
-            }
-        }
-        costs.sort_by(|a, b| {
-            (b.flat, b.cumulative)
-                .cmp(&(a.flat, a.cumulative))
-                .then_with(|| a.function.cmp(&b.function))
-        });
-        costs
+        let stacks = self
+            .stacks
+            .iter()
+            .zip(&self.profile.samples)
+            .map(|(s, sample)| (s.as_slice(), sample.count));
+        function_costs(&self.frames, stacks)
     }
 
     /// Writes the `n` functions with most flat samples as a table, as `cpuprof top` prints
@@ -281,4 +257,44 @@ impl Report {
     pub fn raw(&self) -> &[u8] {
         &self.raw
     }
+}
+
+/// `amount` per function over `stacks` (frame indices into `frames`, innermost first, each with
+/// its amount), most in the function itself first (then most cumulative, then by name):
+/// `flat` where it is innermost, `cumulative` where it is anywhere (once per stack). Shared by
+/// [`Report::top`] and `HeapReport::top`.
+pub(crate) fn function_costs<'a>(
+    frames: &[Frame],
+    stacks: impl Iterator<Item = (&'a [usize], u64)>,
+) -> Vec<FunctionCost> {
+    let mut index: HashMap<&str, usize> = HashMap::new();
+    let mut costs: Vec<FunctionCost> = Vec::new();
+    let mut seen: Vec<usize> = Vec::new();
+    for (stack, amount) in stacks {
+        seen.clear();
+        for (depth, &frame) in stack.iter().enumerate() {
+            let name = frames[frame].function.as_str();
+            let i = *index.entry(name).or_insert_with(|| {
+                costs.push(FunctionCost {
+                    function: name.to_string(),
+                    flat: 0,
+                    cumulative: 0,
+                });
+                costs.len() - 1
+            });
+            if depth == 0 {
+                costs[i].flat += amount;
+            }
+            if !seen.contains(&i) {
+                seen.push(i);
+                costs[i].cumulative += amount;
+            }
+        }
+    }
+    costs.sort_by(|a, b| {
+        (b.flat, b.cumulative)
+            .cmp(&(a.flat, a.cumulative))
+            .then_with(|| a.function.cmp(&b.function))
+    });
+    costs
 }
