@@ -186,16 +186,7 @@ fn to_gzipped_protobuf(taken: &Taken) -> Result<Vec<u8>, String> {
     let mut symbolizer = Symbolizer::new(profile.maps.clone());
     let mut pprof = Pprof::from_profile(
         &profile,
-        |addr| {
-            symbolizer
-                .function(addr)
-                .map(|name| Frame {
-                    function: name.to_string(),
-                    ..Frame::default()
-                })
-                .into_iter()
-                .collect()
-        },
+        |addr| function_frame(&mut symbolizer, addr),
         |_| String::new(),
     );
     // Lines only for named locations: a line without a function is nothing a reader shows.
@@ -218,6 +209,19 @@ fn to_gzipped_protobuf(taken: &Taken) -> Result<Vec<u8>, String> {
     let mut gz = GzEncoder::new(Vec::new(), flate2::Compression::default());
     gz.write_all(&pprof.encode()).map_err(|e| e.to_string())?;
     gz.finish().map_err(|e| e.to_string())
+}
+
+/// The frame naming `addr` (its function, no line), or none: what the protobuf endpoints
+/// give pprof's encoder for each location.
+pub(super) fn function_frame(symbolizer: &mut Symbolizer, addr: u64) -> Vec<Frame> {
+    symbolizer
+        .function(addr)
+        .map(|name| Frame {
+            function: name.to_string(),
+            ..Frame::default()
+        })
+        .into_iter()
+        .collect()
 }
 
 /// `0xADDR+0xADDR...` -> `0xADDR<TAB>name` per address with a known function.

@@ -13,7 +13,6 @@
 use super::endpoints::{parse_seconds, ClientWatch};
 use super::request::{query_param, Request, Response};
 use crate::format::heap::{heap_pprof, HeapCounts, HeapKind, HeapProfile, HeapRecord};
-use crate::format::pprof::Frame;
 use crate::heap;
 use crate::symbolize::Symbolizer;
 use crate::sync::Mutex;
@@ -161,16 +160,7 @@ pub(super) fn protobuf(req: &Request, allocs: bool, client_gone: ClientWatch) ->
         &maps,
         profile.period,
         values.iter().map(|(stack, v)| (stack.as_slice(), *v)),
-        |addr| {
-            symbolizer
-                .function(addr)
-                .map(|name| Frame {
-                    function: name.to_string(),
-                    ..Frame::default()
-                })
-                .into_iter()
-                .collect()
-        },
+        |addr| super::endpoints::function_frame(&mut symbolizer, addr),
         |_| String::new(),
     );
     if allocs {
