@@ -75,6 +75,7 @@ fn load() {
     unsafe { cpuprof_set_before_thread_clone(before_thread_clone) };
     threadless::enable_deferral();
     autostart::start_from_environment();
+    heap::leave_out_own_code();
     heap::start_from_environment();
     cpuprof_core::http::serve_from_env();
     // SAFETY: registers a plain function to run at exit.

@@ -79,15 +79,21 @@ impl Blocks {
         self.untracked.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Whether the block at `address` may have been sampled: false for almost every block,
+    /// answered by reading one byte. Async-signal-safe.
+    #[inline(always)]
+    pub fn may_hold(&self, address: u64) -> bool {
+        self.count_of(bucket_of(address)).load(Ordering::Acquire) != 0
+    }
+
     /// Takes the block at `address` out, if it was sampled. Async-signal-safe; the common
     /// answer (`None`) reads one byte.
     #[inline]
     pub fn remove(&self, address: u64) -> Option<Removed> {
-        let bucket = bucket_of(address);
-        if self.count_of(bucket).load(Ordering::Acquire) == 0 {
+        if !self.may_hold(address) {
             return None;
         }
-        self.remove_from(bucket, address)
+        self.remove_from(bucket_of(address), address)
     }
 
     #[cold]

@@ -141,12 +141,30 @@ fn sample(countdown: &mut Countdown, address: u64, size: usize, skip: usize) {
     countdown.busy = 0;
 }
 
+/// The allocator interposers' library's code, `[start, end)` ([`leave_out_code`]).
+static OWN_CODE: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
+/// Says where the code of the library calling [`allocated`] lies (the preloaded library's
+/// executable segment): the frames there at the top of a sampled chain are left out as well
+/// as the `skip` ones, however many there are (an interposer's fast path may or may not have
+/// passed to its slow one by a tail call, depending on the build).
+pub fn leave_out_code(start: u64, end: u64) {
+    OWN_CODE[0].store(start, Ordering::Relaxed);
+    OWN_CODE[1].store(end, Ordering::Relaxed);
+}
+
+fn is_own_code(pc: u64) -> bool {
+    (OWN_CODE[0].load(Ordering::Relaxed)..OWN_CODE[1].load(Ordering::Relaxed)).contains(&pc)
+}
+
 /// Records the sampled block: its chain from `regs` (this frame and `skip` more left out).
 fn record(regs: Registers, address: u64, size: u64, period: u64, skip: usize) {
     let Some(tables) = tables() else { return };
     let mut frames = [0u64; WALK_DEPTH];
     let n = super::walker::walk(regs, &mut frames);
-    let Some(chain) = frames.get_mut(skip.min(n)..n) else {
+    let skip = skip.min(n);
+    let own = frames[skip..n].iter().take_while(|&&pc| is_own_code(pc)).count();
+    let Some(chain) = frames.get_mut(skip + own..n) else {
         return;
     };
     if let Some(first) = chain.first_mut() {
@@ -158,6 +176,14 @@ fn record(regs: Registers, address: u64, size: u64, period: u64, skip: usize) {
         tables.blocks.add(address, size, site);
     }
     ALLOCATED.fetch_add(unsample(1, size, period).1, Ordering::Relaxed);
+}
+
+/// Whether the block at `address` may have been sampled, for a `free` to take the common
+/// path (false: nothing to forget) after one load, or two and a byte read once a profile has
+/// started. Async-signal-safe.
+#[inline(always)]
+pub fn may_be_sampled(address: *mut u8) -> bool {
+    tables().is_some_and(|t| t.blocks.may_hold(address as u64))
 }
 
 /// Called before the block at `address` is given back (freed, or moved by `realloc`): if it

@@ -6,10 +6,10 @@
 //! passes the call to the allocator the program would have used without us (the next
 //! definition after libcpuprof.so: glibc's, or jemalloc's or mimalloc's preloaded after us),
 //! and counts it on the way back ([`cpuprof_core::heap::recorder`]). C++'s `operator new` and
-//! `delete` reach them through libstdc++. With no heap profile running an allocation costs one
-//! load more, a free one load more until a heap profile has started; while one runs, an
-//! unsampled allocation a thread-local subtraction and a compare, a free of an unsampled block
-//! one byte read.
+//! `delete` reach them through libstdc++. With no heap profile running, an interposer is two
+//! loads and a jump to the allocator (a free: and a compare, and a byte read once a heap
+//! profile has started); while one runs, an unsampled allocation costs a thread-local
+//! subtraction and a compare more, a free of an unsampled block one byte read.
 //!
 //! Finding the next allocator needs `dlsym`, which itself allocates (and calls `calloc`):
 //! while the first thread to allocate is resolving them, its own allocations come from a
@@ -17,26 +17,56 @@
 //! microseconds it takes. Blocks from the arena are recognised by address in `free`,
 //! `realloc` and `malloc_usable_size`.
 
-use cpuprof_core::heap::{dumps, recorder, Countdown};
+use cpuprof_core::heap::{dumps, recorder};
 use cpuprof_core::in_program::messages;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-extern "C" {
-    /// The calling thread's countdown, in initial-exec TLS (src/heap_thread.c).
-    fn cpuprof_heap_countdown() -> *mut Countdown;
-}
+mod countdown;
 
-/// Counts the allocation of `size` bytes at `p` if a heap profile runs. Inlined into each
-/// interposer, so a sampled chain leaves out exactly one frame of ours besides the
-/// recorder's: the interposer's.
+/// Counts the allocation of `size` bytes at `p` if a heap profile runs. A sampled chain
+/// leaves out the recorder's frame and this library's (`recorder::leave_out_code`, said at
+/// load): it begins where the program allocated.
 #[inline(always)]
 fn count(p: *mut c_void, size: usize) {
     if recorder::is_running() {
         // SAFETY: the thread's own TLS block, valid for the thread's life.
-        let countdown = unsafe { &mut *cpuprof_heap_countdown() };
-        recorder::allocated(countdown, p.cast(), size, 1);
+        let countdown = unsafe { &mut *countdown::this_thread() };
+        recorder::allocated(countdown, p.cast(), size, 0);
     }
+}
+
+/// Tells the recorder where this library's code lies (its executable segment), so that a
+/// sampled chain leaves out however many frames of ours it begins with. At load, before any
+/// heap profile can start.
+pub fn leave_out_own_code() {
+    unsafe extern "C" fn segment(info: *mut libc::dl_phdr_info, _: usize, found: *mut c_void) -> c_int {
+        let here = leave_out_own_code as *const () as u64;
+        // SAFETY: dl_iterate_phdr passes a valid entry whose headers it keeps mapped.
+        let info = unsafe { &*info };
+        let headers = if info.dlpi_phdr.is_null() {
+            &[][..]
+        } else {
+            // SAFETY: as above: dlpi_phnum headers at dlpi_phdr.
+            unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) }
+        };
+        for h in headers
+            .iter()
+            .filter(|h| h.p_type == libc::PT_LOAD && h.p_flags & libc::PF_X != 0)
+        {
+            let start = info.dlpi_addr.wrapping_add(h.p_vaddr);
+            if (start..start.wrapping_add(h.p_memsz)).contains(&here) {
+                // SAFETY: `found` is the caller's (u64, u64).
+                unsafe { *found.cast::<(u64, u64)>() = (start, start + h.p_memsz) };
+                return 1;
+            }
+        }
+        0
+    }
+    let mut found = (0u64, 0u64);
+    // SAFETY: the callback reads only what dl_iterate_phdr passes and writes `found`.
+    unsafe { libc::dl_iterate_phdr(Some(segment), std::ptr::addr_of_mut!(found).cast()) };
+    recorder::leave_out_code(found.0, found.1);
 }
 
 #[inline(always)]
@@ -149,6 +179,7 @@ mod bootstrap {
     static mut ARENA: Arena = Arena([0; SIZE]);
     static USED: AtomicUsize = AtomicUsize::new(0);
 
+    #[inline(always)]
     fn base() -> usize {
         std::ptr::addr_of_mut!(ARENA) as usize
     }
@@ -174,11 +205,16 @@ mod bootstrap {
         }
     }
 
+    /// Whether `p` is one of the arena's blocks (or inside one): one compare.
+    #[inline(always)]
+    pub fn holds(p: *mut u8) -> bool {
+        (p as usize).wrapping_sub(base() + 16) < SIZE - 16
+    }
+
     /// The size of the arena's block at `p`, if `p` is one.
     pub fn size_of(p: *mut u8) -> Option<usize> {
-        let p = p as usize;
         // SAFETY: a block's header precedes it inside the arena.
-        (p >= base() + 16 && p < base() + SIZE).then(|| unsafe { ((p - 16) as *const usize).read() })
+        holds(p).then(|| unsafe { ((p as usize - 16) as *const usize).read() })
     }
 }
 
@@ -190,17 +226,33 @@ macro_rules! call {
     }};
 }
 
+/// The allocator's function `f`, when the fast path may take it: found, and no heap profile
+/// running.
+#[inline(always)]
+fn uncounted(f: Fn) -> Option<usize> {
+    let next = REAL[f as usize].load(Ordering::Acquire);
+    (next != 0 && !recorder::is_running()).then_some(next)
+}
+
+// The interposers' fast paths, taken while no heap profile runs (every program preloading
+// cpuprof for CPU profiles only), are two loads and a sibling call to the allocator: no frame
+// of ours to build, none left on the stack for a CPU profile to show. Everything else is in a
+// function of its own (`#[inline(never)]`), entered by a sibling call too, so its frame setup
+// is not paid on the fast path. (Written without the `call!` helper: a debug build keeps
+// helpers as frames of their own.)
+
 /// Interposed: the allocator's `malloc`, counted.
 #[no_mangle]
 pub extern "C" fn malloc(size: usize) -> *mut c_void {
-    // With no heap profile, the allocator's malloc is called last (a sibling call in release
-    // builds): no frame of ours stays on the stack for a CPU profile to show.
-    // (Written out, without the helpers: in a debug build they would be frames of their own.)
-    let next = REAL[Fn::Malloc as usize].load(Ordering::Acquire);
-    if !recorder::RUNNING.load(Ordering::Relaxed) && next != 0 {
+    if let Some(next) = uncounted(Fn::Malloc) {
         // SAFETY: `next` is the allocator's malloc.
         return unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(usize) -> *mut c_void>(next)(size) };
     }
+    malloc_counted(size)
+}
+
+#[inline(never)]
+extern "C" fn malloc_counted(size: usize) -> *mut c_void {
     let p = if real(Fn::Malloc) == 0 {
         bootstrap::alloc(size, 16).cast()
     } else {
@@ -213,6 +265,17 @@ pub extern "C" fn malloc(size: usize) -> *mut c_void {
 /// Interposed: the allocator's `calloc`, counted.
 #[no_mangle]
 pub extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
+    if let Some(next) = uncounted(Fn::Calloc) {
+        // SAFETY: `next` is the allocator's calloc, which checks `n * size` itself.
+        return unsafe {
+            std::mem::transmute::<usize, unsafe extern "C" fn(usize, usize) -> *mut c_void>(next)(n, size)
+        };
+    }
+    calloc_counted(n, size)
+}
+
+#[inline(never)]
+extern "C" fn calloc_counted(n: usize, size: usize) -> *mut c_void {
     let Some(bytes) = n.checked_mul(size) else {
         // SAFETY: the thread's errno.
         unsafe { *libc::__errno_location() = libc::ENOMEM };
@@ -234,9 +297,25 @@ pub extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
 /// `p` is null or a block from this allocator, not yet freed.
 #[no_mangle]
 pub unsafe extern "C" fn free(p: *mut c_void) {
+    let next = REAL[Fn::Free as usize].load(Ordering::Acquire);
+    if next == 0 || bootstrap::holds(p.cast()) || recorder::may_be_sampled(p.cast()) {
+        // SAFETY: the caller's contract.
+        return unsafe { free_rare(p) };
+    }
+    // SAFETY: `next` is the allocator's free; `p` one of its blocks (or null).
+    unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(*mut c_void)>(next)(p) }
+}
+
+/// `free` of a block that was sampled (or shares its bucket with one), of a block from the
+/// arena, or while the allocator is being found.
+///
+/// # Safety
+/// As `free`.
+#[inline(never)]
+unsafe extern "C" fn free_rare(p: *mut c_void) {
     // Without the allocator's free (this thread is finding it), a block not from the arena
     // cannot exist yet.
-    if p.is_null() || bootstrap::size_of(p.cast()).is_some() || real(Fn::Free) == 0 {
+    if p.is_null() || bootstrap::holds(p.cast()) || real(Fn::Free) == 0 {
         return;
     }
     forget(p);
@@ -251,6 +330,22 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
 /// As `realloc`.
 #[no_mangle]
 pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+    if let Some(next) = uncounted(Fn::Realloc) {
+        if !bootstrap::holds(p.cast()) && !recorder::may_be_sampled(p.cast()) {
+            // SAFETY: `next` is the allocator's realloc; `p` one of its blocks (or null).
+            return unsafe {
+                std::mem::transmute::<usize, unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void>(next)(p, size)
+            };
+        }
+    }
+    // SAFETY: the caller's contract.
+    unsafe { realloc_counted(p, size) }
+}
+
+/// # Safety
+/// As `realloc`.
+#[inline(never)]
+unsafe extern "C" fn realloc_counted(p: *mut c_void, size: usize) -> *mut c_void {
     if let Some(old) = bootstrap::size_of(p.cast()) {
         let q = malloc(size);
         if !q.is_null() {
