@@ -1,5 +1,6 @@
 //! Programs a heap profiler's interposers must not change (`tests/c/heap_hostile.c`'s modes:
-//! fork without exec, 1,000 short threads, realloc chains, the aligned family and its errors;
+//! fork without exec, 1,000 short threads, realloc chains, the aligned family and its errors,
+//! a single-threaded process kept so;
 //! C++ `new[]`, `delete`, `std::bad_alloc`; jemalloc preloaded after and before libcpuprof.so;
 //! python3 and a JVM): each run under `HEAPPROFILE` exits and prints as it does without it,
 //! and what it wrote reads as a heap profile, in our reader and in google-pprof. The dlsym
@@ -117,6 +118,29 @@ fn realloc_chains() {
 #[test]
 fn aligned_family_and_errors() {
     hostile_mode("aligned", "1");
+}
+
+/// A single-threaded process stays single-threaded under HEAPPROFILE (`unshare -r` and
+/// Chromium's zygote refuse otherwise); the heap profile's thread starts with the program's
+/// first one, and then writes the files its triggers ask for (here every second).
+#[test]
+fn single_threaded_until_the_program_starts_a_thread() {
+    let dir = scratch_dir("heap_hostile_single");
+    let program = compile_c(&dir, "heap_hostile.c", "heap_hostile", &["-O2"], false);
+    let (files, err) = plain_vs_heap(
+        &dir,
+        &program,
+        &["single"],
+        lib().to_str().unwrap(),
+        &[("HEAP_PROFILE_TIME_INTERVAL", "1")],
+    );
+    // The output compared above holds "threads alone 1".
+    assert!(
+        files.len() >= 2,
+        "a file while the program ran, and one at its end: {files:?}\n{err}"
+    );
+    assert!(err.contains("1 s since the last"), "{err}");
+    google_pprof_reads(&program, files.last().unwrap());
 }
 
 #[test]

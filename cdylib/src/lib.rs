@@ -309,9 +309,7 @@ pub unsafe extern "C" fn pthread_create(
     let Some(real) = real_pthread_create() else {
         return libc::EAGAIN;
     };
-    // The program becomes multi-threaded: a profile that started without a thread of its own
-    // (`writer::threadless`) gets its writer now.
-    start_waiting_writer();
+    before_thread_clone();
     let call = Box::into_raw(Box::new((start, arg)));
     let rc = real(thread, attr, start_thread, call as *mut c_void);
     if rc != 0 {
@@ -541,8 +539,12 @@ unsafe extern "C" {
     fn cpuprof_set_before_thread_clone(hook: extern "C" fn());
 }
 
+/// The program is about to start a thread (`pthread_create`, or `clone` for a thread): a
+/// profile that started without a thread of its own (`writer::threadless`) gets its writer
+/// now, and a heap profile its thread (`heap::poller`).
 extern "C" fn before_thread_clone() {
     start_waiting_writer();
+    cpuprof_core::heap::start_if_deferred();
 }
 
 /// # Safety

@@ -10,7 +10,9 @@
 //! The triggers are checked every 100 ms by the heap profile's thread (`poller`; gperftools
 //! checks them on every allocation, and writes the file from inside it): bytes are the
 //! samples' estimates, and one file may cover several intervals crossed within 100 ms. A
-//! forked child, which has no such thread, writes at its end and on `HeapProfilerDump`.
+//! single-threaded process (a forked child too) has no such thread until it starts one of
+//! its own: meanwhile the triggers are checked at each sampled allocation, and a file due is
+//! written there ([`when_due_without_thread`]).
 
 use super::recorder;
 use crate::format::heap::HeapProfile;
@@ -106,7 +108,7 @@ pub fn stop() {
             // A process started or forked by a profiled one that sampled nothing leaves no
             // file (as for CPU profiles): a launcher script's `uname` and `grep` would.
             let descendant = files.use_pid || files.pid != std::process::id();
-            if let Err(e) = files.write_unless_empty("at the end", descendant) {
+            if let Err(e) = files.write_unless_empty("at the end", descendant, Refresh::Snapshot) {
                 crate::in_program::messages::say_for_tree(format_args!("cpuprof: heap profile: {e}"));
             }
         }
@@ -123,13 +125,35 @@ pub fn is_writing() -> bool {
 /// Called by the poller: writes a file if one is due. Never waits for the lock (a file is
 /// being written).
 pub(super) fn when_due() {
+    write_if_due(Refresh::Snapshot);
+}
+
+/// Called at a sampled allocation, by the allocating thread, in a single-threaded process
+/// that has no poller yet (`poller`): writes a file there if one is due, as gperftools
+/// writes its files from inside the allocation. The allocator has returned (no lock of its
+/// is held), no other thread exists to hold one of ours, and the unwind tables' snapshot is
+/// not refreshed (that walks the loader's list, and the program may be inside `dlopen`).
+pub(super) fn when_due_without_thread() {
+    if super::poller::is_deferred() {
+        write_if_due(Refresh::No);
+    }
+}
+
+/// Whether writing a file refreshes the unwind tables' snapshot first.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Refresh {
+    Snapshot,
+    No,
+}
+
+fn write_if_due(refresh: Refresh) {
     if !WRITING.load(Ordering::Relaxed) {
         return;
     }
     let Some(mut guard) = FILES.try_lock() else { return };
     let Some(files) = guard.as_mut() else { return };
     if let Some(reason) = files.due() {
-        if let Err(e) = files.write(&reason) {
+        if let Err(e) = files.write_unless_empty(&reason, false, refresh) {
             crate::in_program::messages::say_for_tree(format_args!("cpuprof: heap profile: {e}"));
         }
     }
@@ -162,14 +186,16 @@ impl Files {
     }
 
     fn write(&mut self, reason: &str) -> Result<PathBuf, String> {
-        self.write_unless_empty(reason, false)
+        self.write_unless_empty(reason, false, Refresh::Snapshot)
     }
 
     /// Writes the next file (not when `skip_empty` and nothing was sampled); its path. A file
     /// that cannot be written is said in every process (`say_for_tree` by the callers): it is
     /// a loss, and a server's workers are rarely the process the user started.
-    fn write_unless_empty(&mut self, reason: &str, skip_empty: bool) -> Result<PathBuf, String> {
-        super::walker::refresh_if_stale(super::recorder::WALK_DEPTH);
+    fn write_unless_empty(&mut self, reason: &str, skip_empty: bool, refresh: Refresh) -> Result<PathBuf, String> {
+        if refresh == Refresh::Snapshot {
+            super::walker::refresh_if_stale(super::recorder::WALK_DEPTH);
+        }
         let path = self.path();
         let profile = current(&mut self.mappings);
         if skip_empty && profile.records.is_empty() {

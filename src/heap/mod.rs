@@ -27,6 +27,7 @@ mod sites;
 mod walker;
 
 pub use countdown::Countdown;
+pub use poller::start_if_deferred;
 pub use recorder::{is_running, losses, start, stop, StartError, DEFAULT_PERIOD};
 
 use crate::format::heap::HeapProfile;

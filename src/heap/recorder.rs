@@ -137,6 +137,10 @@ fn sample(countdown: &mut Countdown, address: u64, size: usize, skip: usize) {
     let seed = address ^ crate::unwind::thread_pointer().rotate_left(17);
     if countdown.rearm(period, seed) && is_running() {
         record(regs, address, size as u64, period, skip + 1);
+        // The file's own allocations (made while `busy`) leave the countdown as it was drawn.
+        let left = countdown.left;
+        super::dumps::when_due_without_thread();
+        countdown.left = left;
     }
     countdown.busy = 0;
 }

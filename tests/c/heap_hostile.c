@@ -6,7 +6,9 @@
  *   realloc   realloc chains growing 1 B -> 4 MiB and shrinking back, contents checked
  *   aligned   posix_memalign's errors (EINVAL, ENOMEM) returned unchanged, memalign,
  *             aligned_alloc, valloc, pvalloc aligned, malloc_usable_size, reallocarray and
- *             calloc overflow (NULL, ENOMEM), free(NULL), realloc(NULL), realloc(p, 0) */
+ *             calloc overflow (NULL, ENOMEM), free(NULL), realloc(NULL), realloc(p, 0)
+ *   single    allocate and print the process's thread count (1: the profiler added none),
+ *             then start a thread that sleeps 1.5 s while the first allocates and waits */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <malloc.h>
@@ -131,6 +133,40 @@ static int mode_aligned(void) {
   return 0;
 }
 
+static int thread_count(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  int n = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "Threads:", 8)) n = atoi(line + 8);
+  if (f) fclose(f);
+  return n;
+}
+
+static void *sleeper(void *arg) {
+  (void)arg;
+  usleep(1500000);
+  return NULL;
+}
+
+static int mode_single(void) {
+  for (int i = 0; i < 1000; i++) {
+    void *p = malloc(4096);
+    __asm__ volatile("" : : "r"(p) : "memory"); /* kept: -O2 would drop the pair */
+    free(p);
+  }
+  printf("threads alone %d\n", thread_count());
+  pthread_t t;
+  if (pthread_create(&t, NULL, sleeper, NULL) != 0) return 3;
+  char *kept = malloc(8 << 20);
+  memset(kept, 1, 8 << 20);
+  __asm__ volatile("" : : "r"(kept) : "memory");
+  pthread_join(t, NULL);
+  free(kept);
+  printf("single ok\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
   int status = 2;
@@ -138,6 +174,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(mode, "threads")) status = mode_threads();
   else if (!strcmp(mode, "realloc")) status = mode_realloc();
   else if (!strcmp(mode, "aligned")) status = mode_aligned();
+  else if (!strcmp(mode, "single")) status = mode_single();
   else fprintf(stderr, "unknown mode %s\n", mode);
   return failures ? 1 : status;
 }
