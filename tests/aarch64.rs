@@ -348,6 +348,41 @@ fn fork_exec_generated_code_and_garbage_frame_pointers_under_qemu() {
     }
 }
 
+/// The heap profile's interposers, and its countdown found from the thread pointer by
+/// aarch64's own instruction sequence (`cdylib/src/heap/countdown.rs`): heap_known.c's known
+/// answer (big_a allocates 3 bytes for each of big_b's, half of big_b's freed), within 5 % by
+/// google-pprof with the aarch64 binary, as on x86-64 (`tests/heap.rs`).
+#[test]
+fn heap_known_answer_under_qemu() {
+    let Some(cross) = cross() else { return };
+    let dir = scratch_dir("aarch64-heap");
+    let program = compile(&dir, "heap_known.c", "heap_known", &["-O2", "-fno-omit-frame-pointer"]);
+    let prefix = dir.join("h");
+    let out = qemu_ok(
+        &program,
+        &["100"],
+        &[
+            ("LD_PRELOAD", cross.lib.to_str().unwrap()),
+            ("HEAPPROFILE", prefix.to_str().unwrap()),
+            // One file, at the end.
+            ("HEAP_PROFILE_INUSE_INTERVAL", "0"),
+            ("HEAP_PROFILE_ALLOCATION_INTERVAL", "0"),
+        ],
+    );
+    let [alloc_a, alloc_b, inuse_a, inuse_b] = truth(&out.stdout);
+    let file = dir.join("h.0001.heap");
+    assert!(
+        file.is_file(),
+        "no heap profile; stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (value, a, b) in [("inuse_space", inuse_a, inuse_b), ("alloc_space", alloc_a, alloc_b)] {
+        let g = google_pprof_bytes(&program, &file, value, 3);
+        assert_within(&format!("google-pprof --{value}, big_a"), g["big_a"], a);
+        assert_within(&format!("google-pprof --{value}, big_b"), g["big_b"], b);
+    }
+}
+
 /// tests/rust_api.rs cross-built and run under qemu, with this host's cpuprof (which the guest
 /// runs natively, as it does google-pprof and go tool pprof). Two of its tests ask what
 /// emulation cannot give: `empty_profile_is_exactly_header_trailer_and_maps` no sample between

@@ -1,17 +1,21 @@
 //! Shared helpers for end-to-end tests: build libcpuprof.so and the cpuprof CLI, compile C
 //! workloads, run programs under the profiler, and read profiles with our reader and with the
 //! real ones (google-pprof, go tool pprof). The skip policy is in `skip.rs`, plain-against-profiled
-//! runs and a full disk in `compare.rs`, a program serving the HTTP endpoint in `http_child.rs`;
+//! runs and a full disk in `compare.rs`, heap profiles' known answer read by google-pprof in
+//! `heap_readers.rs`, a program serving the HTTP endpoint in `http_child.rs`;
 //! tests/README.md says which to use where.
 #![allow(dead_code)] // each test binary uses a different subset
 
 mod compare;
+mod heap_readers;
 mod http_child;
 mod skip;
 
 // Each test binary uses some of them.
 #[allow(unused_imports)]
 pub use compare::*;
+#[allow(unused_imports)]
+pub use heap_readers::*;
 #[allow(unused_imports)]
 pub use http_child::*;
 #[allow(unused_imports)]
