@@ -12,7 +12,7 @@
 //! samples' estimates, and one file may cover several intervals crossed within 100 ms. A
 //! single-threaded process (a forked child too) has no such thread until it starts one of
 //! its own: meanwhile the triggers are checked at each sampled allocation, and a file due is
-//! written there ([`when_due_without_thread`]).
+//! written there (`when_due_without_thread`).
 
 use super::recorder;
 use crate::format::heap::HeapProfile;
