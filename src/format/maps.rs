@@ -5,6 +5,7 @@
 use super::build_id;
 use super::process::ProcessLine;
 use super::sample_context::SampleContexts;
+use super::sample_labels::SampleLabels;
 use super::signal_weights::SignalWeights;
 use super::wall_looks::WallLooks;
 use std::collections::HashMap;
@@ -58,6 +59,8 @@ pub struct Maps {
     pub wall_looks: Option<WallLooks>,
     /// Wall-clock profiles: each record's thread and state, and the threads' names.
     pub contexts: SampleContexts,
+    /// The label sets of labelled records (`super::sample_labels`).
+    pub labels: SampleLabels,
 }
 
 impl Maps {
@@ -66,7 +69,8 @@ impl Maps {
     /// line gives its build-id to the mapping with its address range; a `# signal-weights`
     /// line gives the profile's signal weights; a `# process` line the process that wrote it;
     /// a `# wall-looks` line the looks a wall-clock profile is missing; `# context` and
-    /// `# thread` lines give the records' contexts.
+    /// `# thread` lines give the records' contexts, `# labelset` and `# labels` lines their
+    /// labels.
     ///
     /// Never fails: text that is not UTF-8 is read lossily, and anything unrecognisable is
     /// skipped.
@@ -98,6 +102,7 @@ impl Maps {
         let mut process = None;
         let mut wall_looks = None;
         let mut contexts = SampleContexts::default();
+        let mut labels = SampleLabels::default();
         for line in text.lines() {
             if let Some(path) = line.trim_start().strip_prefix("build=") {
                 build = Some(path.trim().to_string());
@@ -119,7 +124,7 @@ impl Maps {
                 wall_looks = wall_looks.or(Some(looks));
                 continue;
             }
-            if contexts.parse_line(line) {
+            if contexts.parse_line(line) || labels.parse_line(line) {
                 continue;
             }
             if let Some(mut entry) = parse_line(line) {
@@ -135,12 +140,14 @@ impl Maps {
             }
         }
         contexts.finish();
+        labels.finish();
         Maps {
             entries,
             signal_weights,
             process,
             wall_looks,
             contexts,
+            labels,
         }
     }
 

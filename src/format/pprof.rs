@@ -11,7 +11,7 @@
 //! writes, and it keeps protobuf code generation (and its build dependencies) out of the
 //! library that is preloaded into other programs.
 
-use super::{Interner, Maps, Profile, ReadContext, SampleContexts, StateKind};
+use super::{Interner, Labels, Maps, Profile, ReadContext, SampleContexts, StateKind};
 use std::collections::HashMap;
 use std::io::{self, Write};
 
@@ -193,10 +193,7 @@ impl Pprof {
                     })
                 })
                 .collect();
-            let labels = match &s.context {
-                Some(context) => labels(context, &profile.maps.contexts, wall),
-                None => Vec::new(),
-            };
+            let labels = labels(s.context.as_ref(), s.labels.as_ref(), &profile.maps.contexts, wall);
             pprof.samples.push(Sample {
                 locations,
                 count: s.count,
@@ -417,6 +414,7 @@ impl<'m, W: Write> PprofWriter<'m, W> {
         pcs: &[u64],
         count: u64,
         context: Option<&ReadContext>,
+        sample_labels: Option<&Labels>,
         mut frames: impl FnMut(u64) -> Vec<Frame>,
     ) -> io::Result<()> {
         let mut ids = std::mem::take(&mut self.ids);
@@ -425,7 +423,7 @@ impl<'m, W: Write> PprofWriter<'m, W> {
             let addr = if i == 0 { pc } else { pc.saturating_sub(1) };
             ids.push(self.location(addr, &mut frames) as u64 + 1);
         }
-        let labels = context.map_or_else(Vec::new, |c| labels(c, &self.maps.contexts, self.wall));
+        let labels = labels(context, sample_labels, &self.maps.contexts, self.wall);
         self.message.clear();
         sample_message(
             &mut self.message,
@@ -536,7 +534,22 @@ fn process_comment(maps: &Maps) -> Option<String> {
 
 /// A sample's labels: its thread (name and id), and in a wall-clock profile its state and
 /// system call.
-fn labels(context: &ReadContext, contexts: &SampleContexts, wall: bool) -> Vec<(String, LabelValue)> {
+/// A sample's pprof labels: its thread's and state's (`context`), then the program's own
+/// (`sample_labels`, as text).
+fn labels(
+    context: Option<&ReadContext>,
+    sample_labels: Option<&Labels>,
+    contexts: &SampleContexts,
+    wall: bool,
+) -> Vec<(String, LabelValue)> {
+    let mut labels = context.map_or_else(Vec::new, |c| context_labels(c, contexts, wall));
+    for (key, value) in sample_labels.into_iter().flat_map(|l| l.iter()) {
+        labels.push((key.clone(), LabelValue::Text(value.clone())));
+    }
+    labels
+}
+
+fn context_labels(context: &ReadContext, contexts: &SampleContexts, wall: bool) -> Vec<(String, LabelValue)> {
     let (state, syscall) = match context.kind() {
         StateKind::OnCpu => ("on-cpu", None),
         StateKind::Runnable => ("runnable", None),
@@ -835,7 +848,7 @@ mod tests {
         })
         .unwrap();
         for s in &profile.samples {
-            writer.sample(&s.pcs, s.count, None, frames).unwrap();
+            writer.sample(&s.pcs, s.count, None, None, frames).unwrap();
         }
         assert_eq!(writer.finish().unwrap(), whole);
     }

@@ -1,7 +1,7 @@
 //! Reads legacy profiles of any slot width and byte order: whole ([`Profile::parse`],
 //! [`Profile::parse_lenient`]) or record by record ([`scan()`]).
 
-use super::{ByteOrder, FastHash, Maps, ReadContext, SlotFormat};
+use super::{ByteOrder, FastHash, Labels, Maps, ReadContext, SlotFormat};
 use std::collections::HashMap;
 use std::fmt;
 use std::io::{self, Read, Seek, SeekFrom};
@@ -16,6 +16,8 @@ pub struct Sample {
     /// Wall-clock profiles: the thread and state the samples were taken in (chains are summed
     /// only within one context).
     pub context: Option<ReadContext>,
+    /// The label set the samples were taken under (chains are summed only within one set).
+    pub labels: Option<Labels>,
 }
 
 /// A parsed profile: its records, with identical call chains merged, and its maps.
@@ -92,17 +94,17 @@ impl Profile {
     /// come back beside the profile.
     pub fn parse_lenient(bytes: &[u8]) -> Result<(Profile, Option<ParseError>), ParseError> {
         let mut merged = Merger::default();
-        let (read, defect) = scan(bytes, |record| merged.add(record, None))?;
-        if read.maps.contexts.is_empty() {
+        let (read, defect) = scan(bytes, |record| merged.add(record, None, None))?;
+        if read.maps.contexts.is_empty() && read.maps.labels.is_empty() {
             return Ok((merged.finish(read), defect));
         }
-        // A wall-clock profile, whose contexts follow the records: read again, keeping the
-        // samples of different threads and states apart.
+        // A wall-clock or labelled profile, whose contexts and labels follow the records: read
+        // again, keeping the samples of different threads, states and label sets apart.
         let mut merged = Merger::default();
-        let contexts = &read.maps.contexts;
+        let maps = &read.maps;
         let mut ordinal = 0;
         let _ = scan(bytes, |record| {
-            merged.add(record, contexts.of(ordinal));
+            merged.add(record, maps.contexts.of(ordinal), maps.labels.of(ordinal));
             ordinal += 1;
         });
         Ok((merged.finish(read), defect))
@@ -133,19 +135,19 @@ impl Profile {
     ) -> io::Result<Result<(Profile, Option<ParseError>), ParseError>> {
         let start = source.stream_position()?;
         let mut merged = Merger::default();
-        let (read, defect) = match scan_from(&mut source, |record| merged.add(record, None))? {
+        let (read, defect) = match scan_from(&mut source, |record| merged.add(record, None, None))? {
             Ok(read) => read,
             Err(e) => return Ok(Err(e)),
         };
-        if read.maps.contexts.is_empty() {
+        if read.maps.contexts.is_empty() && read.maps.labels.is_empty() {
             return Ok(Ok((merged.finish(read), defect)));
         }
         let mut merged = Merger::default();
-        let contexts = &read.maps.contexts;
+        let maps = &read.maps;
         let mut ordinal = 0;
         source.seek(SeekFrom::Start(start))?;
         let _ = scan_from(&mut source, |record| {
-            merged.add(record, contexts.of(ordinal));
+            merged.add(record, maps.contexts.of(ordinal), maps.labels.of(ordinal));
             ordinal += 1;
         })?;
         Ok(Ok((merged.finish(read), defect)))
@@ -534,15 +536,18 @@ struct Merger {
     counts: Vec<u64>,
     /// The record being looked up, decoded.
     pcs: Vec<u64>,
-    /// Wall-clock profiles: each distinct (chain, context), and where its count is.
-    with_context: HashMap<(Vec<u64>, ReadContext), usize, FastHash>,
+    /// Wall-clock and labelled profiles: each distinct (chain, context, labels), and where its
+    /// count is.
+    with_context: ContextIndex,
 }
 
+type ContextIndex = HashMap<(Vec<u64>, Option<ReadContext>, Option<Labels>), usize, FastHash>;
+
 impl Merger {
-    fn add(&mut self, record: Record<'_>, context: Option<&ReadContext>) {
+    fn add(&mut self, record: Record<'_>, context: Option<&ReadContext>, labels: Option<&Labels>) {
         record.pcs_into(&mut self.pcs);
-        if let Some(context) = context {
-            let key = (std::mem::take(&mut self.pcs), context.clone());
+        if context.is_some() || labels.is_some() {
+            let key = (std::mem::take(&mut self.pcs), context.cloned(), labels.cloned());
             let next = self.counts.len();
             match self.with_context.entry(key) {
                 std::collections::hash_map::Entry::Occupied(e) => self.counts[*e.get()] += record.count,
@@ -573,14 +578,16 @@ impl Merger {
                 count,
                 pcs: Vec::new(),
                 context: None,
+                labels: None,
             })
             .collect();
         for (pcs, i) in self.index {
             samples[i].pcs = pcs;
         }
-        for ((pcs, context), i) in self.with_context {
+        for ((pcs, context, labels), i) in self.with_context {
             samples[i].pcs = pcs;
-            samples[i].context = Some(context);
+            samples[i].context = context;
+            samples[i].labels = labels;
         }
         Profile {
             format: scan.format,
@@ -709,6 +716,60 @@ mod tests {
     }
 
     #[test]
+    fn labelled_records_are_summed_within_their_set_only() {
+        use crate::format::sample_labels::{labels_line, labelset_line};
+        let mut w = ProfileWriter::new(Vec::new(), SlotFormat::LE64, 1000).unwrap();
+        let chain = [0xa0000, 0xc0000];
+        for count in [7, 3, 2, 1] {
+            w.write_record(count, &chain).unwrap();
+        }
+        let mut maps = MAPS.to_vec();
+        maps.extend_from_slice(labelset_line(1, &[("endpoint", "/a")]).as_bytes());
+        maps.extend_from_slice(labelset_line(2, &[("endpoint", "/b"), ("tenant", "t 1")]).as_bytes());
+        for (ordinal, set) in [(0, 1), (1, 2), (2, 1)] {
+            maps.extend_from_slice(labels_line(ordinal, set).as_bytes());
+        }
+        let bytes = w.finish(&maps).unwrap();
+        let p = Profile::parse(&bytes).unwrap();
+        let by_set: Vec<(u64, Option<Vec<(String, String)>>)> = p
+            .samples
+            .iter()
+            .map(|s| (s.count, s.labels.as_ref().map(|l| l.to_vec())))
+            .collect();
+        let pair = |k: &str, v: &str| (k.to_string(), v.to_string());
+        assert_eq!(
+            by_set,
+            vec![
+                (9, Some(vec![pair("endpoint", "/a")])),
+                (3, Some(vec![pair("endpoint", "/b"), pair("tenant", "t 1")])),
+                (1, None),
+            ]
+        );
+        let (read, _) = Profile::parse_lenient_from(std::io::Cursor::new(&bytes))
+            .unwrap()
+            .unwrap();
+        assert_eq!(read.samples, p.samples, "read whole or streamed alike");
+        // pprof: the program's labels as text labels.
+        let pprof = crate::format::pprof::Pprof::from_profile(&p, |_| Vec::new(), |_| String::new());
+        let labels: Vec<Vec<(String, crate::format::pprof::LabelValue)>> =
+            pprof.samples.iter().map(|s| s.labels.clone()).collect();
+        assert_eq!(
+            labels[1],
+            vec![
+                (
+                    "endpoint".to_string(),
+                    crate::format::pprof::LabelValue::Text("/b".into())
+                ),
+                (
+                    "tenant".to_string(),
+                    crate::format::pprof::LabelValue::Text("t 1".into())
+                ),
+            ]
+        );
+        assert!(labels[2].is_empty());
+    }
+
+    #[test]
     fn reads_every_slot_format_and_sums_identical_stacks() {
         for format in [SlotFormat::LE64, SlotFormat::BE64, SlotFormat::LE32, SlotFormat::BE32] {
             let p = Profile::parse(&sample_profile(format)).unwrap();
@@ -722,11 +783,13 @@ mod tests {
                         count: 6,
                         pcs: vec![0xa0000, 0xc0000, 0xe0000],
                         context: None,
+                        labels: None,
                     },
                     Sample {
                         count: 2,
                         pcs: vec![0xb0000],
                         context: None,
+                        labels: None,
                     },
                 ]
             );

@@ -241,18 +241,24 @@ pub(crate) fn cpu_labels_line() -> String {
 /// The line naming thread `tid`.
 pub(crate) fn thread_line(tid: u32, name: &[u8]) -> String {
     let mut line = format!("{THREAD_PREFIX}{tid} ");
-    for &b in name {
-        if b.is_ascii_alphanumeric() || b"._-".contains(&b) {
-            line.push(b as char);
-        } else {
-            let _ = write!(line, "%{b:02x}");
-        }
-    }
+    percent_encode(name, &mut line);
     line.push('\n');
     line
 }
 
-fn percent_decode(text: &str) -> String {
+/// Appends `bytes` to `out` with every byte outside `[A-Za-z0-9._-]` as `%xx`: no space, `=`
+/// or `]` is left for pprof readers to misread.
+pub(crate) fn percent_encode(bytes: &[u8], out: &mut String) {
+    for &b in bytes {
+        if b.is_ascii_alphanumeric() || b"._-".contains(&b) {
+            out.push(b as char);
+        } else {
+            let _ = write!(out, "%{b:02x}");
+        }
+    }
+}
+
+pub(crate) fn percent_decode(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

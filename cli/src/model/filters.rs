@@ -164,6 +164,7 @@ pub fn profile(profile: &Profile, locator: &Locator, filters: &Filters) -> Profi
                 count: sample.count,
                 pcs: chains.kept(&sample.pcs)?,
                 context: sample.context.clone(),
+                labels: sample.labels.clone(),
             })
         })
         .collect();

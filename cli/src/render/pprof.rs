@@ -82,7 +82,9 @@ pub fn encode_heap(profile: &HeapProfile, locator: &Locator, filters: &Filters, 
 /// The same bytes as [`encode`] then [`write`] of the whole profile.
 pub fn write_source(source: &Source, outline: &Scan, locator: &Locator, output: &Path) -> Result<()> {
     let contexts = &outline.maps.contexts;
-    let with_contexts = !contexts.is_empty();
+    let labels = &outline.maps.labels;
+    // Chains are keyed by two tags first: the context's (0: none) and the label set's.
+    let with_tags = !contexts.is_empty() || !labels.is_empty();
     let (mut chains, mut counts) = (ChainSet::default(), Vec::new());
     let mut context_ids: HashMap<&ReadContext, u64> = HashMap::new();
     let mut context_list: Vec<&ReadContext> = Vec::new();
@@ -90,7 +92,7 @@ pub fn write_source(source: &Source, outline: &Scan, locator: &Locator, output: 
     let _ = source.scan(|record| {
         key.clear();
         // As `Profile::parse` merges: within one context (none being one of its own).
-        if with_contexts {
+        if with_tags {
             key.push(match contexts.of(ordinal) {
                 Some(context) => {
                     any_context = true;
@@ -101,6 +103,7 @@ pub fn write_source(source: &Source, outline: &Scan, locator: &Locator, output: 
                 }
                 None => 0,
             });
+            key.push(labels.set_of(ordinal).map_or(0, u64::from));
             ordinal += 1;
         }
         key.extend(record.pcs());
@@ -131,12 +134,16 @@ pub fn write_source(source: &Source, outline: &Scan, locator: &Locator, output: 
     let mut progress = Progress::new("symbolising addresses", chains.len());
     for (i, &count) in counts.iter().enumerate() {
         progress.update(i);
-        let (context, pcs) = match chains.chain(i) {
-            [tag, pcs @ ..] if with_contexts => (tag.checked_sub(1).map(|t| context_list[t as usize]), pcs),
-            pcs => (None, pcs),
+        let (context, set, pcs) = match chains.chain(i) {
+            [tag, set, pcs @ ..] if with_tags => (
+                tag.checked_sub(1).map(|t| context_list[t as usize]),
+                labels.sets.get(&(*set as u32)),
+                pcs,
+            ),
+            pcs => (None, None, pcs),
         };
         writer
-            .sample(pcs, count, context, |addr| symbolizer.frames(maps, addr))
+            .sample(pcs, count, context, set, |addr| symbolizer.frames(maps, addr))
             .map_err(cannot_write)?;
     }
     drop(progress);
