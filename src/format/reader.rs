@@ -731,20 +731,11 @@ mod tests {
         }
         let bytes = w.finish(&maps).unwrap();
         let p = Profile::parse(&bytes).unwrap();
-        let by_set: Vec<(u64, Option<Vec<(String, String)>>)> = p
-            .samples
-            .iter()
-            .map(|s| (s.count, s.labels.as_ref().map(|l| l.to_vec())))
-            .collect();
         let pair = |k: &str, v: &str| (k.to_string(), v.to_string());
-        assert_eq!(
-            by_set,
-            vec![
-                (9, Some(vec![pair("endpoint", "/a")])),
-                (3, Some(vec![pair("endpoint", "/b"), pair("tenant", "t 1")])),
-                (1, None),
-            ]
-        );
+        let set_a: Labels = vec![pair("endpoint", "/a")].into();
+        let set_b: Labels = vec![pair("endpoint", "/b"), pair("tenant", "t 1")].into();
+        let by_set: Vec<(u64, Option<&Labels>)> = p.samples.iter().map(|s| (s.count, s.labels.as_ref())).collect();
+        assert_eq!(by_set, vec![(9, Some(&set_a)), (3, Some(&set_b)), (1, None)]);
         let (read, _) = Profile::parse_lenient_from(std::io::Cursor::new(&bytes))
             .unwrap()
             .unwrap();
