@@ -36,6 +36,25 @@ int CpuprofStartDatabase(const char *database, double epoch_seconds);
  * as setting CPUPROFILE_WALL (and CPUPROFILE) in the environment. */
 int CpuprofStartWall(const char *wall_fname, int frequency, const char *cpu_fname);
 
+/* Labels on samples: which endpoint, tenant or trace the CPU time went to. A label set is
+ * interned once and immutable, valid for the process's life; installing one on a thread is a
+ * load and a store, and every sample the thread takes meanwhile carries it (cpuprof top --by
+ * KEY, --tagfocus KEY=VALUE; go tool pprof -tags on the converted profile). */
+typedef struct CpuprofLabels CpuprofLabels;
+
+/* The set of `pairs` key/value pairs in `keys_and_values` = { key0, value0, key1, value1, ... }
+ * (a later key replaces an earlier equal one; a NULL string reads as ""). The same pairs give
+ * the same set. At most 16384 distinct sets per process (beyond: one set
+ * cpuprof.labels=over-cap, counted), 16 pairs per set, keys of 64 bytes and values of 256 (cut
+ * beyond, counted). Takes a lock: intern sets once, ahead of the hot path. NULL on a bad
+ * argument (the reason on stderr). */
+const CpuprofLabels *CpuprofLabelsIntern(const char *const keys_and_values[], int pairs);
+
+/* Installs `set` (NULL: no labels) on the calling thread and returns the set installed before,
+ * so that scopes nest:  const CpuprofLabels *prev = CpuprofLabelsSwap(set); ...;
+ * CpuprofLabelsSwap(prev);  Async-signal-safe. */
+const CpuprofLabels *CpuprofLabelsSwap(const CpuprofLabels *set);
+
 #ifdef __cplusplus
 }
 #endif

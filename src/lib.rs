@@ -54,6 +54,7 @@ pub mod heap;
 pub mod http;
 #[doc(hidden)]
 pub mod in_program;
+pub mod labels;
 mod profiler;
 pub mod report;
 #[doc(hidden)]

@@ -3,7 +3,8 @@
 //!
 //! Only the functions below are exported: the profiler.h API, each a thin adapter over
 //! `cpuprof`'s process-wide session (errors go to stderr: the C API cannot return them),
-//! `CpuprofServeHttp` and `CpuprofStartDatabase` (`include/cpuprof.h`), `pthread_create`, interposed so that every new
+//! `CpuprofServeHttp`, `CpuprofStartDatabase` and the label sets' `CpuprofLabelsIntern` and
+//! `CpuprofLabelsSwap` (`include/cpuprof.h`), `pthread_create`, interposed so that every new
 //! thread gets its sampling timer as it starts, and `sigaction`, interposed so that our
 //! signals wait while the program's handlers run on its small alternate signal stacks
 //! (`cpuprof::sampler::signals`). `CPUPROF_HTTP` starts the endpoint at load.
@@ -28,6 +29,7 @@
 //! will no longer be able to open (`cpuprof::wall::before_credential_change`).
 
 mod heap;
+mod labels;
 
 use cpuprof_core::in_program::messages;
 use cpuprof_core::sampler::{signals, thread_timers, StartChain, ThreadFilter, ROOT_FRAMES};

@@ -86,6 +86,40 @@ pub fn thread_pointer() -> u64 {
     tp
 }
 
+// The calling thread's label set (`crate::labels`), as on x86-64 (see there why in assembly).
+std::arch::global_asm!(
+    ".pushsection .tbss.cpuprof_thread_labels,\"awT\",%nobits",
+    ".globl cpuprof_thread_labels",
+    ".hidden cpuprof_thread_labels",
+    ".type cpuprof_thread_labels,%object",
+    ".p2align 2",
+    "cpuprof_thread_labels:",
+    ".zero 4",
+    ".size cpuprof_thread_labels, 4",
+    ".popsection",
+);
+
+/// The calling thread's label-set slot: `tpidr_el0` plus the variable's offset from the GOT
+/// (the initial-exec sequence). Async-signal-safe: no call.
+#[inline(always)]
+pub fn thread_labels() -> *const std::sync::atomic::AtomicU32 {
+    let p: *const std::sync::atomic::AtomicU32;
+    // SAFETY: reads the thread pointer and the GOT slot the dynamic linker filled with the
+    // variable's offset in the static TLS block; writes only `p` and a scratch register.
+    unsafe {
+        std::arch::asm!(
+            "mrs {p}, tpidr_el0",
+            "adrp {t}, :gottprel:cpuprof_thread_labels",
+            "ldr {t}, [{t}, :gottprel_lo12:cpuprof_thread_labels]",
+            "add {p}, {p}, {t}",
+            p = out(reg) p,
+            t = out(reg) _,
+            options(pure, readonly, nostack, preserves_flags),
+        );
+    }
+    p
+}
+
 /// The stack pointer where this is inlined.
 #[inline(always)]
 pub fn current_sp() -> u64 {
@@ -234,6 +268,11 @@ impl super::Architecture for Native {
     #[inline(always)]
     fn thread_pointer() -> u64 {
         thread_pointer()
+    }
+
+    #[inline(always)]
+    fn thread_labels() -> *const std::sync::atomic::AtomicU32 {
+        thread_labels()
     }
 
     #[inline(always)]

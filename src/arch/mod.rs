@@ -1,8 +1,9 @@
 //! Everything that differs between processor architectures, one module per architecture (as
 //! framehop does): the registers a walk starts from and where the signal's ucontext keeps them,
-//! the thread pointer, the switch to the handler's private walk stack, the layout of the
-//! siginfo fields the handler reads, return addresses as stored on the stack (pointer
-//! authentication), the frame-pointer walk's first step, and framehop's unwinder for DWARF.
+//! the thread pointer and the thread's label-set slot, the switch to the handler's private
+//! walk stack, the layout of the siginfo fields the handler reads, return addresses as stored
+//! on the stack (pointer authentication), the frame-pointer walk's first step, and framehop's
+//! unwinder for DWARF.
 //! Code in these modules runs in signal context: no allocation, locks or panics.
 //!
 //! The contract is [`Architecture`]: each module implements it for its `Native`, so a module
@@ -50,6 +51,10 @@ pub trait Architecture {
     /// The calling thread's thread pointer (glibc's `pthread_self()` is near it).
     /// Async-signal-safe.
     fn thread_pointer() -> u64;
+
+    /// The calling thread's label-set slot (`crate::labels`), in initial-exec TLS: never
+    /// allocated on first use. Async-signal-safe.
+    fn thread_labels() -> *const std::sync::atomic::AtomicU32;
 
     /// The stack pointer where this is inlined.
     fn current_sp() -> u64;

@@ -12,7 +12,7 @@ use super::walk_stack::Workspace;
 use super::{perf_event, runnable_debts};
 use crate::arch::{interrupted_registers, SigInfoFields};
 use crate::claim_pool::ClaimPool;
-use crate::format::{SampleContext, SignalWeights, ThreadState};
+use crate::format::{sample_labels, SampleContext, SignalWeights, ThreadState};
 use crate::table::{CallChainTable, TableConfig};
 use crate::unwind::{self, thread_pointer, DwarfUnwinder, Registers, StackReader, THREAD_STACKS};
 use std::ffi::{c_int, c_void};
@@ -222,7 +222,7 @@ impl SamplerState {
             // Every workspace is held (handlers preempted in great numbers, faster than threads
             // grow the pool): the sample keeps its function, without callers, rather than being
             // lost, and is counted.
-            let mut chain = [interrupted_registers(uc).pc, 0];
+            let mut chain = [interrupted_registers(uc).pc, 0, 0];
             self.table.stats.without_callers.fetch_add(weight, Ordering::Relaxed);
             self.record_own(&mut chain, 1, weight, delivery);
             return;
@@ -236,12 +236,18 @@ impl SamplerState {
     /// past `n`. `delivery` places the periods on the thread's timer lattice when it is known.
     /// Async-signal-safe.
     fn record_own(&self, frames: &mut [u64], n: usize, weight: u64, delivery: Option<Delivery>) {
-        if n == 0 || frames.is_empty() {
+        if n == 0 || frames.len() < 3 {
             return;
         }
+        // The thread's label set, if it has one, ends the chain (before a context's marker).
+        let label = match crate::labels::current_id() {
+            0 => None,
+            id => Some(sample_labels::marker(id)),
+        };
+        let plain = with_markers(frames, n, label.as_slice());
         let wall_share = match self.labels {
             Labels::None => {
-                self.table.record(&frames[..n], weight);
+                self.table.record(&frames[..plain], weight);
                 self.weights.add(weight);
                 return;
             }
@@ -250,7 +256,7 @@ impl SamplerState {
                 cpu_period_ns,
                 wall_period_ns,
             } => {
-                self.table.record(&frames[..n], weight);
+                self.table.record(&frames[..plain], weight);
                 self.weights.add(weight);
                 // The thread's CPU time these periods cover. From the lattice, consecutive
                 // signals tile it exactly; the CPU time at handling would not: a signal handled
@@ -275,8 +281,10 @@ impl SamplerState {
             tid: unsafe { libc::gettid() } as u32,
             state: ThreadState::OnCpu,
         };
-        let n = n.min(frames.len() - 1) + 1;
-        frames[n - 1] = context.marker();
+        let n = match label {
+            Some(label) => with_markers(frames, n, &[label, context.marker()]),
+            None => with_markers(frames, n, &[context.marker()]),
+        };
         if wall_share > 0 {
             self.table.record(&frames[..n], wall_share);
             self.label_weights().add(wall_share);
@@ -521,13 +529,21 @@ pub fn unpublish() -> Option<Arc<SamplerState>> {
     Some(unsafe { Arc::from_raw(ptr) })
 }
 
+/// Ends the chain `frames[..n]` with `markers` (a label set's, then a context's), in place of
+/// its outermost frames where `frames` is full; the chain's new length.
+fn with_markers(frames: &mut [u64], n: usize, markers: &[u64]) -> usize {
+    let n = n.min(frames.len() - markers.len());
+    frames[n..n + markers.len()].copy_from_slice(markers);
+    n + markers.len()
+}
+
 /// Adds `weight` samples of the calling thread's call chain `pcs` from outside signal context:
 /// a thread settling, as it exits, what its timer owed it (time on the CPU). Nothing is
 /// recorded when no profile is running.
 pub fn record_outside_handler(pcs: &[u64], weight: u64, delivery: Option<Delivery>) {
     let in_flight = InFlight::enter();
     if let Some(state) = in_flight.state() {
-        let mut chain = [0u64; thread_accounts::ROOT_FRAMES + 2];
+        let mut chain = [0u64; thread_accounts::ROOT_FRAMES + 3];
         let kept = pcs.len().min(chain.len() - 1);
         chain[..kept].copy_from_slice(&pcs[..kept]);
         state.record_own(&mut chain, kept, weight, delivery);
@@ -569,7 +585,7 @@ pub fn record_taken_signal(info: &libc::siginfo_t, pc: u64) {
             (1, None)
         };
         state.interrupts.fetch_add(1, Ordering::Relaxed);
-        state.record_own(&mut [pc, 0], 1, weight, delivery);
+        state.record_own(&mut [pc, 0, 0], 1, weight, delivery);
     }
 }
 

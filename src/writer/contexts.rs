@@ -1,31 +1,49 @@
-//! The contexts (thread and state) of a wall-clock profile's records, on their way from the
-//! call-chain table to the file's context lines, and the names of the threads they name.
+//! The contexts (thread and state) and label sets of a profile's records, on their way from
+//! the call-chain table to the file's lines after the maps, and the names of the threads and
+//! the label sets they name.
 //!
-//! In the table a context is the last word of its chain ([`SampleContext::marker`]); the
-//! writer takes it off before the record is written, so every reader sees plain stacks, and
-//! notes which records had which context, to write after the maps text.
+//! In the table a label set and a context are the last words of their chain
+//! ([`sample_labels::marker`], then [`SampleContext::marker`]); the writer takes them off
+//! before the record is written, so every reader sees plain stacks, and notes which records
+//! had which, to write after the maps text.
 
 use crate::format::sample_context::{context_line, cpu_labels_line, state_text, thread_line};
+use crate::format::sample_labels::{self, labels_line, labelset_line};
 use crate::format::SampleContext;
 use crate::in_program::thread_names;
+use crate::labels::LabelSet;
 use std::collections::BTreeSet;
 
-/// The stack of a chain from the table, and its context if it ends in a marker.
-pub fn split(pcs: &[u64]) -> (&[u64], Option<SampleContext>) {
-    match pcs.split_last() {
+/// What a chain from the table carries besides its stack.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tags {
+    /// Its thread and state (wall-clock and thread-labelled profiles).
+    pub context: Option<SampleContext>,
+    /// The number of its label set (`crate::labels`).
+    pub labels: Option<u32>,
+}
+
+/// The stack of a chain from the table, and what its outer end's markers carry.
+pub fn split(pcs: &[u64]) -> (&[u64], Tags) {
+    let (pcs, context) = match pcs.split_last() {
         Some((&last, stack)) => match SampleContext::from_marker(last) {
             Some(context) => (stack, Some(context)),
             None => (pcs, None),
         },
         None => (pcs, None),
-    }
+    };
+    let (pcs, labels) = sample_labels::split(pcs);
+    (pcs, Tags { context, labels })
 }
 
-/// The contexts of the records written to one file so far.
+/// A run of records with the same tags: (first record, records, tags); a count too large for
+/// one slot takes several records.
+pub type Run = (u64, u64, Tags);
+
+/// The contexts and label sets of the records written to one file so far.
 #[derive(Default)]
 pub struct RecordContexts {
-    /// (first record, records, context): a count too large for one slot takes several.
-    runs: Vec<(u64, u64, SampleContext)>,
+    runs: Vec<Run>,
     /// The contexts label a CPU profile's samples with their threads (not a wall profile).
     cpu_profile: bool,
 }
@@ -39,10 +57,10 @@ impl RecordContexts {
         }
     }
 
-    /// Records `first .. first + records` of the file have `context`.
-    pub fn note(&mut self, first: u64, records: u64, context: SampleContext) {
-        if records > 0 {
-            self.runs.push((first, records, context));
+    /// Records `first .. first + records` of the file have `tags`.
+    pub fn note(&mut self, first: u64, records: u64, tags: Tags) {
+        if records > 0 && tags != Tags::default() {
+            self.runs.push((first, records, tags));
         }
     }
 
@@ -55,20 +73,23 @@ impl RecordContexts {
         }
     }
 
-    /// The context lines, then a line naming each thread they mention whose name is known.
+    /// The context lines, a line naming each thread they mention whose name is known, then
+    /// the label sets used and the labelled records' lines.
     pub fn text(&self) -> Vec<u8> {
         self.text_with(&[])
     }
 
-    /// [`text`](Self::text) with the contexts `more` of records written after these (a
+    /// [`text`](Self::text) with the runs `more` of records written after these (a
     /// checkpoint's tail, `writer`).
-    pub fn text_with(&self, more: &[(u64, u64, SampleContext)]) -> Vec<u8> {
+    pub fn text_with(&self, more: &[Run]) -> Vec<u8> {
         let mut text = String::new();
-        if self.cpu_profile && !(self.runs.is_empty() && more.is_empty()) {
+        let runs = || self.runs.iter().chain(more);
+        if self.cpu_profile && runs().any(|(_, _, t)| t.context.is_some()) {
             text.push_str(&cpu_labels_line());
         }
         let mut tids = BTreeSet::new();
-        for &(first, records, context) in self.runs.iter().chain(more) {
+        for &(first, records, tags) in runs() {
+            let Some(context) = tags.context else { continue };
             let state = state_text(context.state, crate::in_program::syscall_names::name);
             for ordinal in first..first + records {
                 text.push_str(&context_line(ordinal, context.tid, &state));
@@ -80,6 +101,19 @@ impl RecordContexts {
             thread_names::read_if_unknown(tid as libc::pid_t);
             if let Some(name) = thread_names::get(tid) {
                 text.push_str(&thread_line(tid, &name));
+            }
+        }
+        let sets: BTreeSet<u32> = runs().filter_map(|(_, _, t)| t.labels).collect();
+        for &id in &sets {
+            if let Some(set) = LabelSet::by_id(id) {
+                let pairs: Vec<(&str, &str)> = set.pairs().collect();
+                text.push_str(&labelset_line(id, &pairs));
+            }
+        }
+        for &(first, records, tags) in runs() {
+            let Some(id) = tags.labels else { continue };
+            for ordinal in first..first + records {
+                text.push_str(&labels_line(ordinal, id));
             }
         }
         text.into_bytes()
@@ -100,27 +134,31 @@ mod tests {
             },
         };
         let chain = [0x401000, 0x402000, context.marker()];
-        assert_eq!(split(&chain), (&chain[..2], Some(context)));
-        assert_eq!(split(&chain[..2]), (&chain[..2], None));
+        let tagged = |context| Tags {
+            context: Some(context),
+            labels: None,
+        };
+        assert_eq!(split(&chain), (&chain[..2], tagged(context)));
+        assert_eq!(split(&chain[..2]), (&chain[..2], Tags::default()));
         let mut contexts = RecordContexts::default();
-        contexts.note(0, 2, context);
+        contexts.note(0, 2, tagged(context));
         contexts.note(
             5,
             1,
-            SampleContext {
+            tagged(SampleContext {
                 tid: 8,
                 state: ThreadState::OnCpu,
-            },
+            }),
         );
         let own = crate::sampler::thread_timers::gettid();
         assert!(thread_names::read(own));
         contexts.note(
             6,
             1,
-            SampleContext {
+            tagged(SampleContext {
                 tid: own as u32,
                 state: ThreadState::Runnable,
-            },
+            }),
         );
         let mut read = SampleContexts::default();
         let text = String::from_utf8(contexts.text()).unwrap();

@@ -3,12 +3,12 @@
 //! wall-clock profile beside it; how it is completed (trailer and the text after it), at a
 //! checkpoint, for an exec, or at the end.
 
-use super::contexts::RecordContexts;
+use super::contexts::{RecordContexts, Run, Tags};
 use super::mappings::SeenMappings;
 use super::sink::OutputSink;
 use super::{threadless, Finished};
 use crate::format::writer::{encode_record, record_size};
-use crate::format::{ProcessLine, ProfileWriter, SampleContext, SignalWeights, SlotFormat, TRAILER};
+use crate::format::{ProcessLine, ProfileWriter, SignalWeights, SlotFormat, TRAILER};
 use crate::in_program::procfs::read_self_maps;
 use crate::sampler::SamplerState;
 use std::io;
@@ -100,7 +100,7 @@ fn process_line() -> String {
 pub(super) struct TailRecords {
     bytes: Vec<u8>,
     next: u64,
-    runs: Vec<(u64, u64, SampleContext)>,
+    runs: Vec<Run>,
 }
 
 impl TailRecords {
@@ -113,7 +113,7 @@ impl TailRecords {
         }
     }
 
-    pub(super) fn put(&mut self, count: u64, pcs: &[u64], context: Option<SampleContext>) {
+    pub(super) fn put(&mut self, count: u64, pcs: &[u64], tags: Tags) {
         let (size, records) = record_size(SlotFormat::NATIVE, count, pcs);
         if records == 0 {
             return;
@@ -121,8 +121,8 @@ impl TailRecords {
         let at = self.bytes.len();
         self.bytes.resize(at + size, 0);
         encode_record(SlotFormat::NATIVE, count, pcs, &mut self.bytes[at..]);
-        if let Some(context) = context {
-            self.runs.push((self.next, records, context));
+        if tags != Tags::default() {
+            self.runs.push((self.next, records, tags));
         }
         self.next += records;
     }
@@ -156,7 +156,7 @@ fn checkpoint_trailer_text(
     mappings: &SeenMappings,
     weights: SignalWeights,
     contexts: &RecordContexts,
-    tail_runs: &[(u64, u64, SampleContext)],
+    tail_runs: &[Run],
     wall: bool,
 ) -> Vec<u8> {
     let mut text = mappings.complete(b"");
@@ -342,10 +342,10 @@ impl ProfileOutput {
         let mut beside = self.beside.as_deref().map(TailRecords::after);
         let mut scratch = vec![0; state.table.max_depth()];
         state.table.peek_with(&mut scratch, |count, chain| {
-            let (pcs, context) = super::contexts::split(chain);
-            match beside.as_mut().filter(|_| context.is_some()) {
-                Some(beside) => beside.put(count, pcs, context),
-                None => own.put(count, pcs, context),
+            let (pcs, tags) = super::contexts::split(chain);
+            match beside.as_mut().filter(|_| tags.context.is_some()) {
+                Some(beside) => beside.put(count, pcs, tags),
+                None => own.put(count, pcs, tags),
             }
         });
         self.checkpoint_with(own, state.signal_weights());
@@ -386,10 +386,10 @@ impl ProfileOutput {
         }
         let mut drained = 0;
         let mut write = |count: u64, chain: &[u64]| {
-            let (pcs, context) = super::contexts::split(chain);
-            match self.beside.as_mut().filter(|_| context.is_some()) {
-                Some(beside) => beside.put(count, pcs, context),
-                None => self.put(count, pcs, context),
+            let (pcs, tags) = super::contexts::split(chain);
+            match self.beside.as_mut().filter(|_| tags.context.is_some()) {
+                Some(beside) => beside.put(count, pcs, tags),
+                None => self.put(count, pcs, tags),
             }
         };
         state.table.drain_evicted(|count, pcs| {
@@ -406,19 +406,19 @@ impl ProfileOutput {
         drained
     }
 
-    /// Writes one record, noting its context. After a write error nothing more is written.
-    pub(super) fn put(&mut self, count: u64, pcs: &[u64], context: Option<SampleContext>) {
+    /// Writes one record, noting its context and labels. After a write error nothing more is
+    /// written.
+    pub(super) fn put(&mut self, count: u64, pcs: &[u64], tags: Tags) {
         if self.error.is_some() {
             return;
         }
         let first = self.writer.records_written();
         match self.writer.write_record(count, pcs) {
             Ok(()) => {
-                if let Some(context) = context {
+                if let Some(context) = tags.context {
                     self.contexts.name_new_thread(context.tid);
-                    self.contexts
-                        .note(first, self.writer.records_written() - first, context);
                 }
+                self.contexts.note(first, self.writer.records_written() - first, tags);
             }
             Err(e) => self.error = Some(e),
         }

@@ -666,6 +666,9 @@ impl<'a> Batch<'a> {
     }
 
     fn put(&mut self, count: u64, pcs: &[u64]) {
+        // A label set's marker, from a sample taken before the writer (started by the first
+        // label set, `crate::labels`) took the file over: the record is kept, unlabelled.
+        let (pcs, _) = crate::format::sample_labels::split(pcs);
         let (size, records) = record_size(self.file.format, count, pcs);
         if records == 0 {
             return;

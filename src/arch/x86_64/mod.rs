@@ -89,6 +89,41 @@ pub fn thread_pointer() -> u64 {
     tp
 }
 
+// The calling thread's label set (`crate::labels`): four bytes of initial-exec TLS. Defined
+// here because stable Rust can choose neither a thread-local's TLS model nor keep a
+// `thread_local!` in a shared object from going through `__tls_get_addr`, which may allocate
+// the first time a thread touches the block (in a signal handler, that can deadlock). Hidden:
+// each copy of the crate keeps its own.
+std::arch::global_asm!(
+    ".pushsection .tbss.cpuprof_thread_labels,\"awT\",@nobits",
+    ".globl cpuprof_thread_labels",
+    ".hidden cpuprof_thread_labels",
+    ".type cpuprof_thread_labels,@object",
+    ".p2align 2",
+    "cpuprof_thread_labels:",
+    ".zero 4",
+    ".size cpuprof_thread_labels, 4",
+    ".popsection",
+);
+
+/// The calling thread's label-set slot: the thread pointer plus the variable's offset from
+/// the GOT (the initial-exec sequence). Async-signal-safe: two instructions, no call.
+#[inline(always)]
+pub fn thread_labels() -> *const std::sync::atomic::AtomicU32 {
+    let p: *const std::sync::atomic::AtomicU32;
+    // SAFETY: reads the thread pointer and the GOT slot the dynamic linker filled with the
+    // variable's offset in the static TLS block; writes only `p`.
+    unsafe {
+        std::arch::asm!(
+            "mov {p}, qword ptr fs:[0]",
+            "add {p}, qword ptr [rip + cpuprof_thread_labels@GOTTPOFF]",
+            p = out(reg) p,
+            options(pure, readonly, nostack),
+        );
+    }
+    p
+}
+
 /// The stack pointer where this is inlined.
 #[inline(always)]
 pub fn current_sp() -> u64 {
@@ -171,6 +206,11 @@ impl super::Architecture for Native {
     #[inline(always)]
     fn thread_pointer() -> u64 {
         thread_pointer()
+    }
+
+    #[inline(always)]
+    fn thread_labels() -> *const std::sync::atomic::AtomicU32 {
+        thread_labels()
     }
 
     #[inline(always)]
