@@ -1,7 +1,8 @@
 //! Labels on samples (issue 28): `tests/c/labels_known.c`, linked with -lcpuprof and started by
 //! CPUPROFILE, serves requests alternating /a (70 % of the work) and /b (30 %) in one function,
 //! switching label sets ~20,000 times a second per thread. The profile's samples carry the sets:
-//! our reader, and go tool pprof (`-tags`, `-tagfocus`) on the converted profile, give 70/30.
+//! our reader, `cpuprof top --by endpoint` and `--tagfocus`, and go tool pprof (`-tags`,
+//! `-tagfocus`) on the converted profile, give 70/30.
 
 mod support;
 
@@ -135,8 +136,41 @@ fn assert_seventy_thirty(reader: &str, shares: &HashMap<String, f64>, profile: &
     );
 }
 
+/// The share of the total in `cpuprof top`'s "Filters kept N samples (P% of the total" line
+/// after each `== KEY=VALUE` header of `text`.
+fn kept_shares(text: &str) -> HashMap<String, f64> {
+    let mut shares = HashMap::new();
+    let mut group = String::new();
+    for line in text.lines() {
+        if let Some(header) = line.strip_prefix("== ") {
+            group = header.rsplit('=').next().unwrap_or(header).to_string();
+        } else if let Some(rest) = line.strip_prefix("Filters kept ") {
+            let share = rest
+                .split_once('(')
+                .and_then(|(_, p)| p.split('%').next())
+                .and_then(|p| p.parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("{line}"));
+            shares.insert(group.clone(), share);
+        }
+    }
+    shares
+}
+
 fn check_known_answer(profile: &Path) {
-    assert_seventy_thirty("our reader", &our_shares(profile), profile);
+    let ours = our_shares(profile);
+    assert_seventy_thirty("our reader", &ours, profile);
+    let path = profile.to_str().unwrap();
+    let by = run_ok(cli(), &["top", "--by", "endpoint", path], &[]);
+    let by = kept_shares(&String::from_utf8_lossy(&by.stdout));
+    assert_seventy_thirty("cpuprof top --by endpoint", &by, profile);
+    let focus = run_ok(cli(), &["top", "--tagfocus", "endpoint=/b", path], &[]);
+    let focus = kept_shares(&format!("== /b\n{}", String::from_utf8_lossy(&focus.stdout)));
+    assert!(
+        (focus["/b"] - ours["/b"]).abs() < 0.2,
+        "cpuprof top --tagfocus endpoint=/b kept {:.1} %, the /b samples are {:.1} %",
+        focus["/b"],
+        ours["/b"]
+    );
     let pprof = profile.with_extension("pb.gz");
     run_ok(
         cli(),

@@ -303,6 +303,13 @@ pub struct TopArgs {
     /// Number of functions to show.
     #[arg(short = 'n', long, default_value_t = 20)]
     pub count: usize,
+    /// One table per value of the label KEY (`cpuprof::labels`), largest first, then the
+    /// samples without KEY; each value's share of the total in its header.
+    #[arg(long, value_name = "KEY", conflicts_with = "db")]
+    pub by: Option<String>,
+    /// Instead of the table, each label key's values and their shares (pprof -tags).
+    #[arg(long, conflicts_with_all = ["by", "db"])]
+    pub tags: bool,
     #[command(flatten)]
     pub sample_index: SampleIndex,
     #[command(flatten)]

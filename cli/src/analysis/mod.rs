@@ -1,11 +1,12 @@
 //! What a profile says, beyond its counts: the statistics of a change (`diff`), a program's
 //! epochs over time (`history`), hints of what to optimise (`advise`), callers and callees
-//! (`peek`) and samples per source line or instruction (`list`).
+//! (`peek`), samples per source line or instruction (`list`) and samples by label (`labels`).
 
 pub mod advise;
 pub mod diff;
 pub mod gates;
 pub mod history;
+pub mod labels;
 pub mod list;
 pub mod peek;
 pub mod stats;

@@ -1,7 +1,7 @@
 //! The commands that read one profile and show it: `top`, `peek`, `list`, `collapse`,
 //! `flamegraph` and `convert`. All but `list` read heap profiles too (`--sample-index`).
 
-use crate::analysis::{list as listing, peek as peeking};
+use crate::analysis::{labels, list as listing, peek as peeking};
 use crate::args::{CollapseArgs, ConvertArgs, FlamegraphArgs, ListArgs, PeekArgs, Target, TopArgs};
 use crate::error::{Error, Result};
 use crate::input::{self, epochs, heap, raw};
@@ -12,8 +12,11 @@ use crate::symbols::Locator;
 use std::path::Path;
 
 pub fn top(a: TopArgs) -> Result<u8> {
-    let locator: Locator = a.symbols.into();
+    let locator: Locator = a.symbols.clone().into();
     let index = a.sample_index.value;
+    if a.by.is_some() || a.tags {
+        return top_by_labels(a, &locator);
+    }
     let functions = match &a.db.db {
         Some(dir) => {
             heap::cpu_takes_no_index(index)?;
@@ -24,6 +27,32 @@ pub fn top(a: TopArgs) -> Result<u8> {
         None => input::read_functions(&input::given(a.file)?, &locator, &a.filters, index)?,
     };
     print!("{}", text::top(&functions, a.cum, a.count));
+    Ok(0)
+}
+
+/// `top --tags` and `top --by KEY` of a raw profile.
+fn top_by_labels(a: TopArgs, locator: &Locator) -> Result<u8> {
+    heap::cpu_takes_no_index(a.sample_index.value)?;
+    let file = input::given(a.file)?;
+    let source = input::Source::open(&file)?;
+    let outline = raw::outline_source(&file, &source, locator)?;
+    let counts = labels::count(&source, &outline, &a.filters)?;
+    let Some(key) = a.by else {
+        print!("{}", counts.text());
+        return Ok(0);
+    };
+    for (value, _) in counts.groups(&key) {
+        match &value {
+            Some(v) => println!("== {key}={v}"),
+            None => println!("== without {key}"),
+        }
+        let filters = Filters {
+            group: Some((key.clone(), value)),
+            ..a.filters.clone()
+        };
+        let functions = Functions::read_source(&source, &outline, locator, &filters)?;
+        println!("{}", text::top(&functions, a.cum, a.count));
+    }
     Ok(0)
 }
 

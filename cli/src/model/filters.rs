@@ -14,6 +14,11 @@
 //! Readers call [`Filtering::apply`] on each chain of name ids: a function's verdict is worked
 //! out once, the first time its id is met, so a filtered read stays one pass with no
 //! allocation per record, and an unfiltered one pays one branch per record.
+//!
+//! `--tagfocus` and `--tagignore` filter samples by their labels (`cpuprof::labels`), with
+//! pprof's meanings: `KEY=REGEX` matches a sample whose label KEY has a value REGEX matches
+//! (unanchored; several regexes separated by commas match if any does), `REGEX` alone any
+//! label's value; a sample without the key does not match.
 
 use crate::symbols::{Locator, Symbolizer};
 use clap::Args;
@@ -42,10 +47,47 @@ pub struct Filters {
     /// sample with none is dropped.
     #[arg(long, value_name = "REGEX", value_parser = regex)]
     pub show: Option<Regex>,
+    /// Keep only samples with a label matching [KEY=]REGEX (pprof -tagfocus): KEY's value, or
+    /// without KEY any label's value, matched by REGEX (commas separate alternatives).
+    #[arg(long, value_name = "[KEY=]REGEX", value_parser = tag_filter)]
+    pub tagfocus: Option<TagFilter>,
+    /// Drop samples with a label matching [KEY=]REGEX (pprof -tagignore); it wins over
+    /// --tagfocus.
+    #[arg(long, value_name = "[KEY=]REGEX", value_parser = tag_filter)]
+    pub tagignore: Option<TagFilter>,
+    /// `top --by KEY`'s section being read: the samples whose label KEY has this value (none:
+    /// the samples without KEY).
+    #[arg(skip)]
+    pub group: Option<(String, Option<String>)>,
 }
 
 pub fn regex(text: &str) -> Result<Regex, String> {
     Regex::new(text).map_err(|e| format!("not a regular expression: {e}"))
+}
+
+/// A `--tagfocus` or `--tagignore` argument: a label key (none: any) and value patterns.
+#[derive(Clone, Debug)]
+pub struct TagFilter {
+    key: Option<String>,
+    values: Vec<Regex>,
+}
+
+impl TagFilter {
+    /// Whether `labels` (a sample's (key, value) pairs) match.
+    pub fn matches(&self, labels: &[(String, String)]) -> bool {
+        labels
+            .iter()
+            .any(|(k, v)| self.key.as_ref().is_none_or(|key| key == k) && self.values.iter().any(|re| re.is_match(v)))
+    }
+}
+
+pub fn tag_filter(text: &str) -> Result<TagFilter, String> {
+    let (key, values) = match text.split_once('=') {
+        Some((key, values)) => (Some(key.to_string()), values),
+        None => (None, text),
+    };
+    let values = values.split(',').map(regex).collect::<Result<Vec<_>, _>>()?;
+    Ok(TagFilter { key, values })
 }
 
 /// A function's verdict, in bits: it is focused on, ignored, or hidden.
@@ -57,7 +99,24 @@ const UNKNOWN: u8 = 8;
 
 impl Filters {
     pub fn active(&self) -> bool {
-        self.focus.is_some() || self.ignore.is_some() || self.hide.is_some() || self.show.is_some()
+        self.focus.is_some() || self.ignore.is_some() || self.hide.is_some() || self.show.is_some() || self.by_tags()
+    }
+
+    /// Whether samples are kept or dropped by their labels.
+    pub fn by_tags(&self) -> bool {
+        self.tagfocus.is_some() || self.tagignore.is_some() || self.group.is_some()
+    }
+
+    /// Whether a sample with `labels` (`None`: unlabelled) is kept by `--tagfocus`,
+    /// `--tagignore` and the group `top --by` reads.
+    pub fn keeps_labels(&self, labels: Option<&[(String, String)]>) -> bool {
+        let labels = labels.unwrap_or(&[]);
+        let in_group = |(key, value): &(String, Option<String>)| {
+            labels.iter().find(|(k, _)| k == key).map(|(_, v)| v) == value.as_ref()
+        };
+        !self.tagignore.as_ref().is_some_and(|f| f.matches(labels))
+            && self.tagfocus.as_ref().is_none_or(|f| f.matches(labels))
+            && self.group.as_ref().is_none_or(in_group)
     }
 
     /// What the filters make of a frame of function `name`. Ignoring wins over focusing, as in
@@ -159,6 +218,7 @@ pub fn profile(profile: &Profile, locator: &Locator, filters: &Filters) -> Profi
     let samples = profile
         .samples
         .iter()
+        .filter(|sample| filters.keeps_labels(sample.labels.as_deref()))
         .filter_map(|sample| {
             Some(Sample {
                 count: sample.count,
@@ -256,7 +316,44 @@ mod tests {
             ignore: re(ignore),
             hide: re(hide),
             show: re(show),
+            ..Filters::default()
         }
+    }
+
+    #[test]
+    fn tag_filters_have_pprofs_meanings() {
+        let labels = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        let a = labels(&[("endpoint", "/api/a"), ("tenant", "acme")]);
+        let b = labels(&[("endpoint", "/b")]);
+        let keeps = |focus: &str, ignore: &str, sample: Option<&[(String, String)]>| {
+            let f = Filters {
+                tagfocus: (!focus.is_empty()).then(|| tag_filter(focus).unwrap()),
+                tagignore: (!ignore.is_empty()).then(|| tag_filter(ignore).unwrap()),
+                ..Filters::default()
+            };
+            assert!(f.active());
+            f.keeps_labels(sample)
+        };
+        assert!(keeps("endpoint=/a", "", Some(&a)), "unanchored");
+        assert!(!keeps("endpoint=/a", "", Some(&b)));
+        assert!(!keeps("endpoint=/a", "", None), "no labels: no match");
+        assert!(keeps("acme", "", Some(&a)), "any key");
+        assert!(keeps("endpoint=/x,/b", "", Some(&b)), "alternatives");
+        assert!(!keeps("tenant=acme", "", Some(&b)), "the key is missing");
+        assert!(!keeps("endpoint=/", "tenant=acme", Some(&a)), "tagignore wins");
+        assert!(keeps("", "tenant=acme", Some(&b)));
+        assert!(keeps("", "tenant=acme", None));
+        let group = |value: Option<&str>| Filters {
+            group: Some(("endpoint".to_string(), value.map(str::to_string))),
+            ..Filters::default()
+        };
+        assert!(group(Some("/b")).keeps_labels(Some(&b)));
+        assert!(!group(Some("/b")).keeps_labels(Some(&a)));
+        assert!(group(None).keeps_labels(None));
+        assert!(!group(None).keeps_labels(Some(&b)));
+        assert!(tag_filter("endpoint=(").is_err());
     }
 
     /// The chain of `names` through `Filtering`, as names.

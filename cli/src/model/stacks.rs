@@ -153,7 +153,12 @@ fn read_chains(
     let _ = source.scan(|record| {
         progress.update(done);
         let context = outline.maps.contexts.of(done as u64);
+        let labels = outline.maps.labels.of(done as u64);
         done += 1;
+        if !filters.keeps_labels(labels.map(|l| &l[..])) {
+            removed = removed.saturating_add(record.count);
+            return;
+        }
         record.pcs_into(&mut pcs);
         addresses.chain(names, &pcs, &mut chain);
         match filtering.apply(&chain, names.strings()) {
@@ -598,7 +603,7 @@ mod tests {
                 focus: re("^0x9000$|app"),
                 ignore: re("^0x7008$"),
                 hide: re(r"^\[app\]$"),
-                show: None,
+                ..Filters::default()
             };
             let streamed = Stacks::read(&bytes, &outline, &locator, &filters);
             let after = Stacks::symbolise(&Profile::parse(&bytes).unwrap(), &locator).filter(&filters);
