@@ -37,17 +37,14 @@ fn profile_run(name: &str, seconds: &str, threads: &str, env: &[(&str, &str)]) -
     profile
 }
 
-/// Each endpoint's share of the samples in percent, by our reader.
+/// Each endpoint's share of the labelled samples in percent, by our reader.
 fn our_shares(profile: &Path) -> HashMap<String, f64> {
     let p = read_profile(profile);
     let mut by = HashMap::new();
     for s in &p.samples {
-        let value = s
-            .labels
-            .as_ref()
-            .and_then(|l| l.iter().find(|(k, _)| k == "endpoint"))
-            .map_or("(none)".to_string(), |(_, v)| v.clone());
-        *by.entry(value).or_insert(0.0) += s.count as f64;
+        if let Some((_, value)) = s.labels.as_ref().and_then(|l| l.iter().find(|(k, _)| k == "endpoint")) {
+            *by.entry(value.clone()).or_insert(0.0) += s.count as f64;
+        }
     }
     let total: f64 = by.values().sum();
     by.values_mut().for_each(|v| *v *= 100.0 / total);
@@ -166,10 +163,10 @@ fn check_known_answer(profile: &Path) {
     let focus = run_ok(cli(), &["top", "--tagfocus", "endpoint=/b", path], &[]);
     let focus = kept_shares(&format!("== /b\n{}", String::from_utf8_lossy(&focus.stdout)));
     assert!(
-        (focus["/b"] - ours["/b"]).abs() < 0.2,
-        "cpuprof top --tagfocus endpoint=/b kept {:.1} %, the /b samples are {:.1} %",
+        (focus["/b"] - by["/b"]).abs() < 0.05,
+        "cpuprof top --tagfocus endpoint=/b kept {:.1} %, --by endpoint said {:.1} %",
         focus["/b"],
-        ours["/b"]
+        by["/b"]
     );
     let pprof = profile.with_extension("pb.gz");
     run_ok(
@@ -208,4 +205,26 @@ fn one_thread_switching_labels_twenty_thousand_times_a_second() {
 fn eight_threads_switching_labels() {
     let profile = profile_run("labels_eight", "2", "8", &[]);
     check_known_answer(&profile);
+}
+
+/// The Rust API with tokio's multi-thread runtime (`examples/labels_tokio.rs`): tasks carry
+/// their labels (`WithLabels`) as they move between the runtime's threads.
+#[test]
+fn tokio_tasks_keep_their_labels_across_threads() {
+    let example = build_example("labels_tokio", &[]);
+    let profile = scratch_dir("labels_tokio").join("tokio.prof");
+    let out = run_alone(&example, &[profile.to_str().unwrap(), "3"], &[]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok");
+    assert_seventy_thirty("our reader", &our_shares(&profile), &profile);
+    // The tasks moved: each endpoint's samples came from more than one worker thread.
+    let p = read_profile(&profile);
+    for endpoint in ["/a", "/b"] {
+        let threads: std::collections::HashSet<u32> = p
+            .samples
+            .iter()
+            .filter(|s| s.labels.as_ref().is_some_and(|l| l.iter().any(|(_, v)| v == endpoint)))
+            .filter_map(|s| s.context.as_ref().map(|c| c.tid))
+            .collect();
+        assert!(threads.len() >= 2, "{endpoint} ran on threads {threads:?}");
+    }
 }
