@@ -3,11 +3,13 @@
  * (CpuprofLabelsSwap), about 20,000 label switches a second per thread: /a holds 70 % of the
  * CPU time, /b 30 %, by construction (the same call; no clock is read per request, which
  * would bias the sampling: cpu_deadline.h). Linked with -lcpuprof and started by CPUPROFILE.
- * Arguments: CPU seconds per thread (default 2), threads (default 1). Prints the requests
- * served. */
+ * Arguments: CPU seconds per thread (default 2), threads (default 1), and `stress`: instead,
+ * switch between three sets (and none) in a tight loop, with a fourth set interned but never
+ * installed. Prints the requests served (stress: the switches). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cpu_deadline.h"
 #include "cpuprof.h"
@@ -15,7 +17,7 @@
 /* Iterations of one unit of work: ~10 us here, so a pair of requests takes ~100 us. */
 #define UNIT 6000
 
-static const CpuprofLabels *set_a, *set_b;
+static const CpuprofLabels *set_a, *set_b, *set_c;
 static volatile unsigned long sink;
 static double seconds = 2;
 
@@ -42,17 +44,39 @@ static void *worker(void *arg) {
   return (void *)requests;
 }
 
+/* Switches sets as fast as it can, until its CPU time is up. */
+static void *stress(void *arg) {
+  (void)arg;
+  struct cpu_deadline d = cpu_deadline_in(seconds);
+  const CpuprofLabels *sets[] = {set_a, set_b, set_c, NULL};
+  long switches = 0;
+  while (!cpu_deadline_passed(&d)) {
+    for (int i = 0; i < 4096; i++) {
+      const CpuprofLabels *before = CpuprofLabelsSwap(sets[i & 3]);
+      sink += i;
+      CpuprofLabelsSwap(before);
+      switches += 2;
+    }
+  }
+  return (void *)switches;
+}
+
 int main(int argc, char **argv) {
   seconds = argc > 1 ? atof(argv[1]) : 2;
   int threads = argc > 2 ? atoi(argv[2]) : 1;
   const char *a[] = {"endpoint", "/a"};
   const char *b[] = {"endpoint", "/b"};
+  const char *c[] = {"endpoint", "/c", "tenant", "t 1"};
+  const char *never[] = {"endpoint", "/never"};
   set_a = CpuprofLabelsIntern(a, 1);
   set_b = CpuprofLabelsIntern(b, 1);
-  if (!set_a || !set_b || set_a == set_b || CpuprofLabelsIntern(a, 1) != set_a) return 2;
+  set_c = CpuprofLabelsIntern(c, 2);
+  if (!set_a || !set_b || !set_c || set_a == set_b || CpuprofLabelsIntern(a, 1) != set_a) return 2;
+  if (!CpuprofLabelsIntern(never, 1) || CpuprofLabelsIntern(a, -1) != NULL) return 2;
+  void *(*run)(void *) = argc > 3 && !strcmp(argv[3], "stress") ? stress : worker;
   pthread_t t[64];
   if (threads < 1 || threads > 64) return 2;
-  for (int i = 0; i < threads; i++) pthread_create(&t[i], NULL, worker, NULL);
+  for (int i = 0; i < threads; i++) pthread_create(&t[i], NULL, run, NULL);
   long requests = 0;
   for (int i = 0; i < threads; i++) {
     void *n;
