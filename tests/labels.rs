@@ -207,6 +207,34 @@ fn eight_threads_switching_labels() {
     check_known_answer(&profile);
 }
 
+/// A wall-clock profile at 1000 Hz: the serving thread is on the CPU, its samples carry the
+/// sets as a CPU profile's do (the main thread, waiting unlabelled in pthread_join, is the
+/// rest).
+#[test]
+fn wall_clock_profile_of_one_thread() {
+    let dir = scratch_dir("labels_wall");
+    let profile = dir.join("wall.prof");
+    let out = run_alone(
+        &program(),
+        &["2", "1"],
+        &[
+            ("CPUPROFILE_WALL", profile.to_str().unwrap()),
+            ("CPUPROFILE_WALL_FREQUENCY", "1000"),
+        ],
+    );
+    assert!(out.status.success());
+    let shares = our_shares(&profile);
+    assert_seventy_thirty("our reader, wall-clock", &shares, &profile);
+    let by = run_ok(cli(), &["top", "--by", "endpoint", profile.to_str().unwrap()], &[]);
+    let by = kept_shares(&String::from_utf8_lossy(&by.stdout));
+    // Of the whole: the main thread's waiting is as long as the serving thread's work.
+    let labelled = by["/a"] + by["/b"];
+    assert!(
+        (35.0..65.0).contains(&labelled),
+        "labelled {labelled:.1} % of the wall time: {by:?}"
+    );
+}
+
 /// The Rust API with tokio's multi-thread runtime (`examples/labels_tokio.rs`): tasks carry
 /// their labels (`WithLabels`) as they move between the runtime's threads.
 #[test]
