@@ -69,6 +69,15 @@ int main(int argc, char **argv) {
     stop = (void (*)(void))dlsym(lib, "ProfilerStop");
     const char *out = getenv("BENCH_PROFILE") ? getenv("BENCH_PROFILE") : "/tmp/handler_cost.prof";
     if (!start || !stop || !start(out)) return 3;
+    if (getenv("BENCH_LABELS")) {
+      /* Every sample carries a label set (cpuprof only): the handler's cost with labels on. */
+      const void *(*intern)(const char *const *, int) =
+          (const void *(*)(const char *const *, int))dlsym(lib, "CpuprofLabelsIntern");
+      const void *(*swap)(const void *) = (const void *(*)(const void *))dlsym(lib, "CpuprofLabelsSwap");
+      const char *kv[] = {"endpoint", "/bench"};
+      if (!intern || !swap) return 3;
+      swap(intern(kv, 1));
+    }
   }
   descend(depth);
   if (stop) stop();

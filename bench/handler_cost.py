@@ -5,10 +5,11 @@ handler. Configurations are interleaved within each round and the excess is take
 so drift on a shared machine hits all of them alike; the table shows medians over rounds.
 
     python3 bench/handler_cost.py [--rounds 7] [--signals 200000] [--depths 10,50,250]
-                                  [--baseline OTHER/libcpuprof.so]
+                                  [--baseline OTHER/libcpuprof.so] [--labels]
 
 --baseline adds another build of libcpuprof.so (an older commit's) to the same rounds, to show
-that a change left the handler's cost where it was.
+that a change left the handler's cost where it was. --labels adds cpuprof with a label set
+installed on the sampled thread (every sample carries it: `cpuprof::labels`).
 
 Needs cc and libgoogle-perftools-dev (for /usr/lib/x86_64-linux-gnu/libprofiler.so)."""
 import argparse
@@ -41,6 +42,7 @@ def main():
     parser.add_argument("--signals", type=int, default=200000)
     parser.add_argument("--depths", default="10,50,250")
     parser.add_argument("--baseline", help="another libcpuprof.so to compare with, in the same rounds")
+    parser.add_argument("--labels", action="store_true", help="also cpuprof with a label set installed")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as workdir:
         exe, cpuprof = build(workdir)
@@ -54,12 +56,17 @@ def main():
             for walker in ["fp", "dwarf"]:
                 configs[f"baseline {walker}"] = (os.path.abspath(args.baseline),
                                                  {"CPUPROFILE_UNWINDER": walker, "CPUPROFILE_TIMER": "itimer"})
+        if args.labels:
+            for walker in ["fp", "dwarf"]:
+                configs[f"labels {walker}"] = (cpuprof, {"CPUPROFILE_UNWINDER": walker, "CPUPROFILE_TIMER": "itimer",
+                                                         "BENCH_LABELS": "1"})
         print(f"ns of CPU per signal above an empty handler (median of {args.rounds} rounds, "
               f"{args.signals} signals each)\n")
         extra = " baseline fp | baseline dwarf | fp / baseline | dwarf / baseline |" if args.baseline else ""
+        extra += " fp, labels | dwarf, labels | fp labels / fp | dwarf labels / dwarf |" if args.labels else ""
         print("| depth | empty handler (floor) | gperftools 2.10 | cpuprof fp | cpuprof dwarf "
               "| fp / gperftools | dwarf / gperftools |" + extra)
-        print("|---|---|---|---|---|---|---|" + ("---|" * 4 if args.baseline else ""))
+        print("|---|---|---|---|---|---|---|" + "---|" * (4 * bool(args.baseline) + 4 * args.labels))
         for depth in [int(d) for d in args.depths.split(",")]:
             floors, excess = [], {name: [] for name in configs}
             for _ in range(args.rounds):
@@ -75,6 +82,10 @@ def main():
                 fp, dwarf = med["baseline fp"], med["baseline dwarf"]
                 row += (f" {fp:.0f} | {dwarf:.0f} | {med['cpuprof fp'] / fp:.2f} | "
                         f"{med['cpuprof dwarf'] / dwarf:.2f} |")
+            if args.labels:
+                fp, dwarf = med["labels fp"], med["labels dwarf"]
+                row += (f" {fp:.0f} | {dwarf:.0f} | {fp / med['cpuprof fp']:.2f} | "
+                        f"{dwarf / med['cpuprof dwarf']:.2f} |")
             print(row, flush=True)
 
 
