@@ -25,7 +25,7 @@ const PERIOD: Duration = Duration::from_millis(100);
 /// Starts the thread unless it runs, or defers it in a single-threaded process whose thread
 /// creation libcpuprof.so sees. Not for the allocation path.
 pub fn ensure_running() {
-    if crate::writer::threadless::deferral_enabled() && crate::in_program::procfs::self_thread_count() == Some(1) {
+    if crate::writer::threadless::deferral_enabled() && crate::in_program::procfs::self_thread_count_once() == Some(1) {
         DEFERRED.store(true, Ordering::SeqCst);
         return;
     }

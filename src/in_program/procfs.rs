@@ -119,6 +119,14 @@ pub fn self_thread_count() -> Option<usize> {
     .flatten()
 }
 
+/// [`self_thread_count`] for a one-off question outside a profile (a heap profile starting
+/// at load): one `stat`, no descriptor kept in the program.
+pub fn self_thread_count_once() -> Option<usize> {
+    use std::os::unix::fs::MetadataExt;
+    let task = std::fs::metadata("/proc/self/task").ok()?;
+    Some((task.nlink() as usize).saturating_sub(2))
+}
+
 /// The ids of the process's threads, or `None` if `/proc/self/task` cannot be read (out of
 /// descriptors, say), which is not the same as no threads.
 pub fn self_tids() -> Option<Vec<libc::pid_t>> {
