@@ -160,7 +160,10 @@ fn over_cap(registry: &mut Registry) -> &'static LabelSet {
 pub fn swap(set: Option<&'static LabelSet>) -> Option<&'static LabelSet> {
     // SAFETY: the calling thread's own slot, valid for its life.
     let slot = unsafe { &*crate::arch::thread_labels() };
-    let previous = slot.swap(set.map_or(0, |s| s.id), Ordering::Relaxed);
+    // A load and a store, not an atomic exchange (a locked instruction, ~8 ns here): only
+    // this thread writes its slot; its signal handler only reads it.
+    let previous = slot.load(Ordering::Relaxed);
+    slot.store(set.map_or(0, |s| s.id), Ordering::Relaxed);
     LabelSet::by_id(previous)
 }
 
