@@ -107,6 +107,9 @@ fn exports_exactly_the_profiler_h_functions() {
         "valloc",
         "pvalloc",
         "malloc_usable_size",
+        // Labels on samples (issue 28): include/cpuprof.h.
+        "CpuprofLabelsIntern",
+        "CpuprofLabelsSwap",
     ];
     expected.sort();
     assert_eq!(exported, expected);
