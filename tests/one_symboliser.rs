@@ -6,7 +6,9 @@
 //!
 //! The command also reads DWARF and separate debug files, which the library does not: the
 //! programs are built without DWARF, and run with copies of the system's loader and
-//! libraries whose build-ids name no debug file (the system's own have theirs installed).
+//! libraries whose build-ids name no debug file (the system's own have theirs installed),
+//! and with a copy of libcpuprof.so stripped of its DWARF (a sample that lands in the
+//! profiler's own stop at exit would otherwise get the command's inlined frames there).
 
 mod support;
 
@@ -52,6 +54,9 @@ fn report_and_cli_top_name_stripped_and_unstripped_programs_alike() {
         (&symbols, &["0.4", "bare"], "bare_spin"),
         (&stripped, &["0.4", "bare"], "[stripped]"),
     ];
+    let preload = libs.join("libcpuprof.so");
+    std::fs::copy(lib(), &preload).unwrap();
+    run_ok(Path::new("strip"), &["--strip-debug", preload.to_str().unwrap()], &[]);
     for (i, (program, args, expected)) in runs.into_iter().enumerate() {
         let profile = dir.join(format!("run{i}.prof"));
         let mut command = vec!["--library-path", libs.to_str().unwrap(), program.to_str().unwrap()];
@@ -60,7 +65,7 @@ fn report_and_cli_top_name_stripped_and_unstripped_programs_alike() {
             &loader,
             &command,
             &[
-                ("LD_PRELOAD", lib().to_str().unwrap()),
+                ("LD_PRELOAD", preload.to_str().unwrap()),
                 ("CPUPROFILE", profile.to_str().unwrap()),
                 ("CPUPROFILE_FREQUENCY", "500"),
             ],
