@@ -99,25 +99,35 @@ std::arch::global_asm!(
     ".popsection",
 );
 
-/// The calling thread's label-set slot: `tpidr_el0` plus the variable's offset from the GOT
-/// (the initial-exec sequence). Async-signal-safe: no call.
+/// The calling thread's address of `$symbol`, a hidden initial-exec TLS variable of this
+/// object: `tpidr_el0` plus the variable's offset, from the GOT slot the dynamic linker filled
+/// (R_AARCH64_TLS_TPREL64), as on x86-64. Async-signal-safe: no call, nothing allocated.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! initial_exec_address {
+    ($symbol:literal) => {{
+        let p: usize;
+        // SAFETY: reads the thread pointer and a GOT slot; writes only `p` and a scratch
+        // register.
+        unsafe {
+            ::std::arch::asm!(
+                "mrs {p}, tpidr_el0",
+                concat!("adrp {t}, :gottprel:", $symbol),
+                concat!("ldr {t}, [{t}, :gottprel_lo12:", $symbol, "]"),
+                "add {p}, {p}, {t}",
+                p = out(reg) p,
+                t = out(reg) _,
+                options(pure, readonly, nostack, preserves_flags),
+            );
+        }
+        p
+    }};
+}
+
+/// The calling thread's label-set slot. Async-signal-safe: no call.
 #[inline(always)]
 pub fn thread_labels() -> *const std::sync::atomic::AtomicU32 {
-    let p: *const std::sync::atomic::AtomicU32;
-    // SAFETY: reads the thread pointer and the GOT slot the dynamic linker filled with the
-    // variable's offset in the static TLS block; writes only `p` and a scratch register.
-    unsafe {
-        std::arch::asm!(
-            "mrs {p}, tpidr_el0",
-            "adrp {t}, :gottprel:cpuprof_thread_labels",
-            "ldr {t}, [{t}, :gottprel_lo12:cpuprof_thread_labels]",
-            "add {p}, {p}, {t}",
-            p = out(reg) p,
-            t = out(reg) _,
-            options(pure, readonly, nostack, preserves_flags),
-        );
-    }
-    p
+    crate::initial_exec_address!("cpuprof_thread_labels") as *const std::sync::atomic::AtomicU32
 }
 
 /// The stack pointer where this is inlined.

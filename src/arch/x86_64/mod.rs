@@ -106,22 +106,33 @@ std::arch::global_asm!(
     ".popsection",
 );
 
-/// The calling thread's label-set slot: the thread pointer plus the variable's offset from
-/// the GOT (the initial-exec sequence). Async-signal-safe: two instructions, no call.
+/// The calling thread's address of `$symbol`, a hidden initial-exec TLS variable of this
+/// object: the thread pointer plus the variable's offset, from the GOT slot the dynamic linker
+/// filled (R_X86_64_TPOFF64) — the sequence a C compiler emits. Async-signal-safe: no call,
+/// nothing allocated. For variables stable Rust cannot declare (`thread_labels`, the heap
+/// profile's countdown in libcpuprof.so).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! initial_exec_address {
+    ($symbol:literal) => {{
+        let p: usize;
+        // SAFETY: reads the thread pointer and a GOT slot; writes only `p`.
+        unsafe {
+            ::std::arch::asm!(
+                "mov {p}, qword ptr fs:[0]",
+                concat!("add {p}, qword ptr [rip + ", $symbol, "@GOTTPOFF]"),
+                p = out(reg) p,
+                options(pure, readonly, nostack),
+            );
+        }
+        p
+    }};
+}
+
+/// The calling thread's label-set slot. Async-signal-safe: two instructions, no call.
 #[inline(always)]
 pub fn thread_labels() -> *const std::sync::atomic::AtomicU32 {
-    let p: *const std::sync::atomic::AtomicU32;
-    // SAFETY: reads the thread pointer and the GOT slot the dynamic linker filled with the
-    // variable's offset in the static TLS block; writes only `p`.
-    unsafe {
-        std::arch::asm!(
-            "mov {p}, qword ptr fs:[0]",
-            "add {p}, qword ptr [rip + cpuprof_thread_labels@GOTTPOFF]",
-            p = out(reg) p,
-            options(pure, readonly, nostack),
-        );
-    }
-    p
+    crate::initial_exec_address!("cpuprof_thread_labels") as *const std::sync::atomic::AtomicU32
 }
 
 /// The stack pointer where this is inlined.
