@@ -218,6 +218,10 @@ impl SamplerState {
             }
         }
         self.interrupts.fetch_add(1, Ordering::Relaxed);
+        if weight == 0 {
+            // A perf event's signal that stands for no CPU time yet (`rearm_and_weigh`).
+            return;
+        }
         let Some(mut workspace) = self.workspaces.claim() else {
             // Every workspace is held (handlers preempted in great numbers, faster than threads
             // grow the pool): the sample keeps its function, without callers, rather than being
@@ -267,7 +271,7 @@ impl SamplerState {
                 let (start, end) = match delivery {
                     Some(d) => d.cpu_span(cpu_period_ns),
                     None => {
-                        let now = thread_cpu_ns();
+                        let now = thread_accounts::thread_cpu_ns();
                         (now.saturating_sub(weight.saturating_mul(cpu_period_ns)), now)
                     }
                 };
@@ -587,16 +591,6 @@ pub fn record_taken_signal(info: &libc::siginfo_t, pc: u64) {
         state.interrupts.fetch_add(1, Ordering::Relaxed);
         state.record_own(&mut [pc, 0, 0], 1, weight, delivery);
     }
-}
-
-/// The calling thread's CPU time, in ns. Async-signal-safe (a system call).
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: fills a local timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
 }
 
 /// The `SA_SIGINFO` handler for the profiling signal.

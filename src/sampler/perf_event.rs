@@ -5,8 +5,15 @@
 //! thread on each overflow (`F_SETOWN_EX` + `F_SETSIG` + `O_ASYNC`). The event disables itself
 //! after one overflow; the handler re-enables it with `PERF_EVENT_IOC_REFRESH`. It signals in
 //! user mode only (see [`open`]), so the kernel drops expirations that fall in kernel time; the
-//! handler reads the event's count, which includes kernel time, and weights the sample with the
-//! periods that passed ([`rearm_and_weigh`]), with a jittered next interval.
+//! handler reads the thread's CPU clock, which includes kernel time, and weights the sample with
+//! the periods that passed ([`rearm_and_weigh`]), with a jittered next interval.
+//!
+//! The weight comes from the thread's CPU clock, not from the event's own count: `cpu-clock`
+//! runs on the scheduler clock while the thread is on a CPU, so in a virtual machine it also
+//! counts the time the host gave the virtual CPU to someone else (steal time), which the
+//! thread's CPU clock leaves out (`CONFIG_PARAVIRT_TIME_ACCOUNTING`). On a busy CI host the
+//! event's count made 1.5 s of CPU time 1.70 s. A signal that arrives before a whole period of
+//! CPU time has passed (steal made the event overflow early) weighs 0 and is not recorded.
 //!
 //! Each event costs a descriptor inside someone else's process, so they are kept out of its way:
 //! * **Budget.** Events live only at numbers above `FD_SETSIZE` (so no `select()` user sees its
@@ -39,8 +46,9 @@ static BASE: AtomicI32 = AtomicI32::new(-1);
 static BUDGET: AtomicUsize = AtomicUsize::new(0);
 /// For each slot (descriptor - BASE): the event id, 0 when free.
 static IDS: [AtomicU64; MAX_BUDGET] = [const { AtomicU64::new(0) }; MAX_BUDGET];
-/// For each slot: the event count (thread CPU nanoseconds, kernel time included) that the
-/// samples taken through it so far account for.
+/// For each slot: the thread CPU time (nanoseconds, kernel time included) that the samples
+/// taken through it so far account for; the thread's CPU time when the event was opened, at
+/// first.
 static ACCOUNTED: [AtomicU64; MAX_BUDGET] = [const { AtomicU64::new(0) }; MAX_BUDGET];
 /// The sampling period of the events, in nanoseconds.
 static PERIOD_NS: AtomicU64 = AtomicU64::new(0);
@@ -199,8 +207,14 @@ pub fn open(tid: libc::pid_t, signal: c_int, period_ns: u64) -> io::Result<c_int
             libc::close(fd);
             return Err(io::Error::other("not a perf event"));
         };
-        // A new event counts from zero; recorded before it is enabled below.
-        ACCOUNTED[s].store(0, Ordering::Relaxed);
+        // Samples account for the thread's CPU time from now on; recorded before the event
+        // is enabled below.
+        let Some(cpu_now) = thread_cpu_ns_of(tid) else {
+            let e = io::Error::last_os_error();
+            libc::close(fd);
+            return Err(e);
+        };
+        ACCOUNTED[s].store(cpu_now, Ordering::Relaxed);
         IDS[s].store(id, Ordering::Release);
         PERIOD_NS.store(period_ns, Ordering::Relaxed);
         let owner = [F_OWNER_TID, tid];
@@ -218,14 +232,25 @@ pub fn open(tid: libc::pid_t, signal: c_int, period_ns: u64) -> io::Result<c_int
     }
 }
 
-/// The nanoseconds of CPU time `fd`'s event counted that its signals have not weighed yet
-/// (`rearm_and_weigh`), if `fd` is still ours: what a thread leaves at exit.
+/// The nanoseconds of the calling thread's CPU time that the signals of its event `fd` have
+/// not weighed yet (`rearm_and_weigh`), if `fd` is still ours: what a thread leaves at exit.
 pub fn unweighed(fd: c_int) -> Option<u64> {
     let s = slot(fd).filter(|_| is_ours(fd))?;
-    let mut count = 0u64;
-    // SAFETY: reads the event's u64 count (no read_format flags) into a local.
-    let n = unsafe { libc::read(fd, (&raw mut count).cast(), 8) };
-    (n == 8).then(|| count.saturating_sub(ACCOUNTED[s].load(Ordering::Relaxed)))
+    Some(super::thread_accounts::thread_cpu_ns().saturating_sub(ACCOUNTED[s].load(Ordering::Relaxed)))
+}
+
+/// The CPU time of thread `tid` of this process, in nanoseconds (its per-thread CPU clock,
+/// `MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)` in the kernel's encoding).
+fn thread_cpu_ns_of(tid: libc::pid_t) -> Option<u64> {
+    const CPUCLOCK_PERTHREAD_SCHED: libc::clockid_t = 4 | 2;
+    let clock = (!tid << 3) | CPUCLOCK_PERTHREAD_SCHED;
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: fills a local timespec.
+    (unsafe { libc::clock_gettime(clock, &mut ts) } == 0).then(|| {
+        (ts.tv_sec as u64)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(ts.tv_nsec as u64)
+    })
 }
 
 /// Stops `fd`'s event from signalling, if `fd` is still ours.
@@ -261,8 +286,8 @@ pub fn close(fd: c_int) -> bool {
 /// Re-enables the perf event `fd` that just sent a signal, with a fresh jittered interval,
 /// and returns how many sampling periods of its thread's CPU time the sample stands for:
 /// the CPU time since the samples so far, kernel time included, in periods (with the
-/// remainder carried to the next sample, so intervals of any length add up exactly).
-/// A descriptor that is not ours (`si_fd` of a signal that was in flight when the program
+/// remainder carried to the next sample, so intervals of any length add up exactly), 0 for a
+/// signal that came before half a period was left to account for. A descriptor that is not ours (`si_fd` of a signal that was in flight when the program
 /// closed our event and reused the number) is not touched: the sample counts once.
 ///
 /// # Safety
@@ -271,25 +296,24 @@ pub(super) unsafe fn rearm_and_weigh(fd: c_int) -> u64 {
     let Some(s) = slot(fd).filter(|_| is_ours(fd)) else {
         return 1;
     };
-    let mut count: u64 = 0;
-    let counted = libc::read(fd, (&mut count as *mut u64).cast(), 8) == 8;
+    let now = super::thread_accounts::thread_cpu_ns();
     let period = PERIOD_NS.load(Ordering::Relaxed);
     // The event disabled itself at its overflow, so the new interval takes effect on REFRESH
     // without touching a running timer.
     let next = super::thread_timers::jittered(period.max(2));
     libc::ioctl(fd, PERF_EVENT_IOC_PERIOD, &next as *const u64);
     libc::ioctl(fd, PERF_EVENT_IOC_REFRESH, 1);
-    if !counted || period == 0 {
+    if period == 0 {
         return 1;
     }
-    // Rounded: the count lags the expiry by the signal's delivery, and the event is off from
-    // its overflow until the REFRESH above.
+    // Rounded, remainder carried: the clock read lags the expiry by the signal's delivery,
+    // and under steal time the event overflows before a period of CPU time has passed (then
+    // the signal weighs 0, and the carried remainder makes a later one weigh 1).
     let accounted = &ACCOUNTED[s];
     let last = accounted.load(Ordering::Relaxed);
-    let periods = (count.saturating_sub(last) + period / 2) / period;
-    let weight = periods.max(1);
-    accounted.store(last + weight * period, Ordering::Relaxed);
-    weight
+    let periods = (now.saturating_sub(last) + period / 2) / period;
+    accounted.store(last + periods * period, Ordering::Relaxed);
+    periods
 }
 
 // perf_event_open(2) constants and the attribute layout (PERF_ATTR_SIZE_VER5), which the libc
