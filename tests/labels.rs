@@ -52,8 +52,7 @@ fn our_shares(profile: &Path) -> HashMap<String, f64> {
 }
 
 /// `go tool pprof -tags`' shares of the endpoint values, from its `N (P%): VALUE` lines.
-fn go_tag_shares(pprof: &Path) -> HashMap<String, f64> {
-    let binary = program();
+fn go_tag_shares(binary: &Path, pprof: &Path) -> HashMap<String, f64> {
     let out = run_ok(
         Path::new("go"),
         &[
@@ -154,6 +153,11 @@ fn kept_shares(text: &str) -> HashMap<String, f64> {
 }
 
 fn check_known_answer(profile: &Path) {
+    check_known_answer_of(&program(), profile)
+}
+
+/// [`check_known_answer`] of a profile of `binary`.
+fn check_known_answer_of(binary: &Path, profile: &Path) {
     let ours = our_shares(profile);
     assert_seventy_thirty("our reader", &ours, profile);
     let path = profile.to_str().unwrap();
@@ -181,7 +185,7 @@ fn check_known_answer(profile: &Path) {
         ],
         &[],
     );
-    let tags = go_tag_shares(&pprof);
+    let tags = go_tag_shares(binary, &pprof);
     assert_seventy_thirty("go tool pprof -tags", &tags, profile);
     // -tagfocus keeps the /b samples only: their share of the whole.
     let all = go_kept_seconds(&pprof, &[]);
@@ -294,4 +298,57 @@ fn eight_threads_switching_in_a_tight_loop_at_4000_hz() {
         total > 10_000 && labelled > total / 10,
         "{labelled} of {total} samples labelled"
     );
+}
+
+/// `tests/programs/custom_labels_user`, built once: a Rust program that labels its requests
+/// with Polar Signals' `custom-labels` crate (the custom-labels ABI v1) and nothing of
+/// cpuprof's. Its own workspace and target directory: the crate's build script runs bindgen,
+/// which needs libclang (.ci/run installs libclang1-14). None if that cannot be built here.
+fn custom_labels_program() -> Option<PathBuf> {
+    static BUILT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let dir = root().join("tests/programs/custom_labels_user");
+            let target = root().join("target/custom-labels-user");
+            let out = std::process::Command::new(env!("CARGO"))
+                .current_dir(&dir)
+                .args(["build", "-q", "--release", "--locked", "--target-dir"])
+                .arg(&target)
+                .output()
+                .expect("run cargo build");
+            if !out.status.success() {
+                skip(&format!(
+                    "the custom-labels crate did not build (libclang for its bindgen?): {}",
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+                return None;
+            }
+            Some(target.join("release/custom-labels-user"))
+        })
+        .clone()
+}
+
+/// A program that labels its work only through the custom-labels ABI, preloaded with
+/// libcpuprof.so: cpuprof says it reads the labels, and the known answer holds on one thread
+/// and on four, by our reader, `cpuprof top --by endpoint` and go tool pprof.
+#[test]
+fn labels_set_through_the_custom_labels_abi_are_read_with_no_code_of_ours() {
+    let Some(program) = custom_labels_program() else { return };
+    for threads in ["1", "4"] {
+        let dir = scratch_dir(&format!("labels_custom_abi_{threads}"));
+        let profile = dir.join("custom.prof");
+        let out = run_preloaded(
+            &program,
+            &["2", threads],
+            &profile,
+            &[("CPUPROFILE_FREQUENCY", "1000"), ("CPUPROFILE_TIMER", "perf")],
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("through the custom-labels ABI (v1)") && stderr.contains("(lost samples: 0)"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("could not be read"), "{stderr}");
+        check_known_answer_of(&program, &profile);
+    }
 }

@@ -86,6 +86,12 @@ pub fn thread_pointer() -> u64 {
     tp
 }
 
+/// Where a thread's static TLS blocks lie, given its thread pointer and the static TLS size
+/// (`_dl_get_tls_static_info`): above the thread pointer (TLS variant I).
+pub fn static_tls(tp: u64, size: u64) -> std::ops::Range<u64> {
+    tp..tp.saturating_add(size)
+}
+
 // The calling thread's label set (`crate::labels`), as on x86-64 (see there why in assembly).
 std::arch::global_asm!(
     ".pushsection .tbss.cpuprof_thread_labels,\"awT\",%nobits",

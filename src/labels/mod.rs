@@ -12,12 +12,17 @@
 //! character boundary, and counted). [`losses`] says what fell over the caps; profiles say it
 //! too.
 //!
+//! Labels the program set through the custom-labels ABI (for eBPF profilers) are read too
+//! ([`custom_labels`]), on threads with no cpuprof set installed.
+//!
 //! ```
 //! let checkout = cpuprof::labels::LabelSet::new(&[("endpoint", "/checkout")]);
 //! let total = cpuprof::labels::with(checkout, || (0..1000u64).sum::<u64>());
 //! assert_eq!(total, 499_500);
 //! ```
 
+pub mod custom_labels;
+mod foreign;
 mod future;
 
 pub use future::{Labelled, WithLabels};
@@ -29,6 +34,8 @@ use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 /// Distinct label sets a process can intern (numbers 1 to `MAX_SETS - 1`; the last is the
 /// over-the-cap set).
 pub const MAX_SETS: usize = 1 << 14;
+/// Distinct sets read through the custom-labels ABI that a process can intern.
+pub const MAX_FOREIGN_SETS: usize = foreign::SLOTS;
 /// Pairs kept per set; further pairs are dropped (counted as cut).
 pub const MAX_PAIRS: usize = 16;
 /// Bytes kept of a key.
@@ -102,11 +109,19 @@ impl LabelSet {
         self.pairs.iter().map(|(k, v)| (&**k, &**v))
     }
 
-    /// The set numbered `id`, if one is.
+    /// The set numbered `id`, if one is. Sets read from the program's memory
+    /// ([`custom_labels`]) are made into a `LabelSet` here, on first use.
     pub fn by_id(id: u32) -> Option<&'static LabelSet> {
+        if id >= foreign::FIRST_ID {
+            return foreign::by_id(id);
+        }
         let p = BY_ID.get(id as usize)?.load(Ordering::Acquire);
         // SAFETY: published from a leaked box, never freed.
-        unsafe { p.as_ref() }
+        match unsafe { p.as_ref() } {
+            // The handler names the over-the-cap set without publishing it.
+            None if id == OVER_CAP_ID => Some(over_cap_set()),
+            set => set,
+        }
     }
 
     /// Installs this set on the calling thread until the guard drops, which puts back the
@@ -144,6 +159,11 @@ fn publish(id: u32, pairs: &[(String, String)]) -> &'static LabelSet {
     set
 }
 
+/// The over-the-cap set, published if it was not yet. Takes the registry's lock.
+fn over_cap_set() -> &'static LabelSet {
+    over_cap(REGISTRY.lock().get_or_insert_with(HashMap::new))
+}
+
 /// The one set that stands for every set interned over the cap.
 fn over_cap(registry: &mut Registry) -> &'static LabelSet {
     let pairs = vec![("cpuprof.labels".to_string(), "over-cap".to_string())];
@@ -179,13 +199,25 @@ pub fn current_id() -> u32 {
     unsafe { &*crate::arch::thread_labels() }.load(Ordering::Relaxed)
 }
 
+/// The number of the labels of a sample the calling thread takes of itself: its cpuprof set,
+/// or else the set it installed through the custom-labels ABI; 0 for none.
+/// Async-signal-safe; uses a few KiB of stack (the handler calls it on its walk stack).
+#[inline(always)]
+pub(crate) fn sample_id() -> u32 {
+    match current_id() {
+        0 => custom_labels::current(),
+        id => id,
+    }
+}
+
 /// Runs `f` with `set` installed on the calling thread, then puts back the previous set.
 pub fn with<R>(set: &'static LabelSet, f: impl FnOnce() -> R) -> R {
     let _guard = set.enter();
     f()
 }
 
-/// What the caps cost so far: sets interned over [`MAX_SETS`], and keys, values or pairs cut.
+/// What the caps cost so far: sets interned over [`MAX_SETS`] (or over the table of sets read
+/// from the program's memory), and keys, values or pairs cut.
 pub fn losses() -> (u64, u64) {
     (OVER_CAP.load(Ordering::Relaxed), CUT.load(Ordering::Relaxed))
 }

@@ -228,26 +228,25 @@ impl SamplerState {
             // lost, and is counted.
             let mut chain = [interrupted_registers(uc).pc, 0, 0];
             self.table.stats.without_callers.fetch_add(weight, Ordering::Relaxed);
-            self.record_own(&mut chain, 1, weight, delivery);
+            self.record_own(&mut chain, 1, weight, delivery, crate::labels::current_id());
             return;
         };
         let n = self.walk(in_flight, interrupted_registers(uc), true, &mut workspace);
-        self.record_own(&mut workspace.frames, n, weight, delivery);
+        // Custom labels are read and interned with a few KiB of buffers: on the walk's stack.
+        let label = workspace.run(|_, _| crate::labels::sample_id() as usize) as u32;
+        self.record_own(&mut workspace.frames, n, weight, delivery, label);
     }
 
     /// Records `weight` periods of the calling thread's time on the CPU at the chain
     /// `frames[..n]`, as the labels ask: plain, labelled, or both; `frames` may be overwritten
     /// past `n`. `delivery` places the periods on the thread's timer lattice when it is known.
-    /// Async-signal-safe.
-    fn record_own(&self, frames: &mut [u64], n: usize, weight: u64, delivery: Option<Delivery>) {
+    /// `label`: the number of the thread's label set, 0 for none. Async-signal-safe.
+    fn record_own(&self, frames: &mut [u64], n: usize, weight: u64, delivery: Option<Delivery>, label: u32) {
         if n == 0 || frames.len() < 3 {
             return;
         }
         // The thread's label set, if it has one, ends the chain (before a context's marker).
-        let label = match crate::labels::current_id() {
-            0 => None,
-            id => Some(sample_labels::marker(id)),
-        };
+        let label = (label != 0).then(|| sample_labels::marker(label));
         let plain = with_markers(frames, n, label.as_slice());
         let wall_share = match self.labels {
             Labels::None => {
@@ -550,7 +549,7 @@ pub fn record_outside_handler(pcs: &[u64], weight: u64, delivery: Option<Deliver
         let mut chain = [0u64; thread_accounts::ROOT_FRAMES + 3];
         let kept = pcs.len().min(chain.len() - 1);
         chain[..kept].copy_from_slice(&pcs[..kept]);
-        state.record_own(&mut chain, kept, weight, delivery);
+        state.record_own(&mut chain, kept, weight, delivery, crate::labels::current_id());
     }
 }
 
@@ -589,7 +588,7 @@ pub fn record_taken_signal(info: &libc::siginfo_t, pc: u64) {
             (1, None)
         };
         state.interrupts.fetch_add(1, Ordering::Relaxed);
-        state.record_own(&mut [pc, 0, 0], 1, weight, delivery);
+        state.record_own(&mut [pc, 0, 0], 1, weight, delivery, crate::labels::current_id());
     }
 }
 

@@ -168,6 +168,23 @@ fn acquire_memory_reads() -> bool {
     }
 }
 
+/// Starts reading the labels the program sets through the custom-labels ABI, if it does, and
+/// says so (or why they cannot be read); returns whether they are read.
+fn read_custom_labels() -> bool {
+    use crate::labels::custom_labels::{discover, Found, ABI_VERSION};
+    match discover() {
+        Found::Absent => false,
+        Found::Reading(object) => {
+            crate::say!("cpuprof: reading the labels {object} sets through the custom-labels ABI (v{ABI_VERSION})");
+            true
+        }
+        Found::Unreadable(why) => {
+            crate::say!("cpuprof: custom labels are not read: {why}");
+            false
+        }
+    }
+}
+
 impl Session {
     /// Creates the file (in epoch mode, `path` is the database and this creates the first
     /// epoch's), writes the header, and starts sampling.
@@ -219,6 +236,7 @@ impl Session {
         let (writer_thread, writer_tid) = writer::start_writer(pending, threadless, &options)?;
         crate::unwind::THREAD_STACKS.register_current_thread();
         let reads_memory = acquire_memory_reads();
+        let custom_labels = reads_memory && read_custom_labels();
         sampler::publish(state.clone());
         let mut session = Session {
             path: path.to_path_buf(),
@@ -244,6 +262,11 @@ impl Session {
             return Err(e);
         }
         session.install_hooks(origin);
+        if custom_labels {
+            // Labels are written after the maps, by the writer thread: a profile that started
+            // without one (a single-threaded process) gets it now, as at a first LabelSet.
+            writer::start_waiting_writer();
+        }
         Ok(session)
     }
 
@@ -444,6 +467,7 @@ impl Session {
                     .collect();
                 crate::say!("cpuprof: {lost} samples lost: {}", reasons.join(", "));
             }
+            say_label_losses();
             let shallow = stats.without_callers.load(Ordering::Relaxed);
             if shallow > 0 {
                 crate::say!(
@@ -498,6 +522,35 @@ impl Session {
             })
             .and(beside)
             .map(|()| (report, finished.held))
+    }
+}
+
+/// What the label caps cost, if anything: sets over the cap, strings cut, custom labels that
+/// could not be read.
+fn say_label_losses() {
+    let (over_cap, cut) = crate::labels::losses();
+    if over_cap > 0 {
+        crate::say!(
+            "cpuprof: {over_cap} label sets came over the cap on distinct sets ({} of cpuprof's, {} read through the \
+             custom-labels ABI): their samples are labelled cpuprof.labels=over-cap",
+            crate::labels::MAX_SETS,
+            crate::labels::MAX_FOREIGN_SETS
+        );
+    }
+    if cut > 0 {
+        crate::say!(
+            "cpuprof: {cut} label keys, values or pairs were cut to the caps ({} bytes per key, {} per value, {} pairs)",
+            crate::labels::MAX_KEY,
+            crate::labels::MAX_VALUE,
+            crate::labels::MAX_PAIRS
+        );
+    }
+    let unreadable = crate::labels::custom_labels::unreadable_samples();
+    if unreadable > 0 {
+        crate::say!(
+            "cpuprof: {unreadable} samples are without their custom labels, which could not be read (changed while \
+             they were copied, or not mapped)"
+        );
     }
 }
 

@@ -190,22 +190,35 @@ pub fn check() -> std::io::Result<bool> {
 /// copied (0 if `addr` is unmapped or there is no descriptor). Never faults, whatever
 /// happens to the memory meanwhile. Async-signal-safe; `errno` is left as it was.
 pub fn copy_words(addr: u64, buf: &mut [u64]) -> usize {
+    // SAFETY: `buf` is valid for `buf.len() * 8` bytes.
+    unsafe { pread_mem(addr, buf.as_mut_ptr().cast(), buf.len() * 8) / 8 }
+}
+
+/// [`copy_words`] for bytes: how many of `buf`'s bytes were copied from `addr..`.
+/// Async-signal-safe; `errno` is left as it was.
+pub fn copy_bytes_in_handler(addr: u64, buf: &mut [u8]) -> usize {
+    // SAFETY: `buf` is valid for `buf.len()` bytes.
+    unsafe { pread_mem(addr, buf.as_mut_ptr(), buf.len()) }
+}
+
+/// Copies `len` bytes at `addr` into `to` with a raw `pread` of the descriptor (not glibc's,
+/// a cancellation point); returns how many were copied.
+///
+/// # Safety
+/// `to` must be valid for writes of `len` bytes.
+unsafe fn pread_mem(addr: u64, to: *mut u8, len: usize) -> usize {
     let fd = MEM_FD.load(Ordering::Acquire);
     if fd < 0 || addr > i64::MAX as u64 {
         return 0;
     }
-    // SAFETY: the kernel writes at most `buf.len() * 8` bytes into `buf`; a raw system call
-    // (not glibc's `pread`, a cancellation point). errno is restored for the interrupted code.
+    // SAFETY: the kernel writes at most `len` bytes at `to`; errno is restored for the
+    // interrupted code.
     unsafe {
         let errno = libc::__errno_location();
         let saved = *errno;
-        let r = libc::syscall(libc::SYS_pread64, fd, buf.as_mut_ptr(), buf.len() * 8, addr as i64);
+        let r = libc::syscall(libc::SYS_pread64, fd, to, len, addr as i64);
         *errno = saved;
-        if r > 0 {
-            r as usize / 8
-        } else {
-            0
-        }
+        usize::try_from(r).unwrap_or(0)
     }
 }
 

@@ -89,6 +89,12 @@ pub fn thread_pointer() -> u64 {
     tp
 }
 
+/// Where a thread's static TLS blocks lie, given its thread pointer and the static TLS size
+/// (`_dl_get_tls_static_info`): below the thread pointer (TLS variant II).
+pub fn static_tls(tp: u64, size: u64) -> std::ops::Range<u64> {
+    tp.saturating_sub(size)..tp
+}
+
 // The calling thread's label set (`crate::labels`): four bytes of initial-exec TLS. Defined
 // here because stable Rust can choose neither a thread-local's TLS model nor keep a
 // `thread_local!` in a shared object from going through `__tls_get_addr`, which may allocate
