@@ -24,8 +24,12 @@
 pub mod custom_labels;
 mod foreign;
 mod future;
+#[cfg(feature = "tracing")]
+mod tracing_layer;
 
 pub use future::{Labelled, WithLabels};
+#[cfg(feature = "tracing")]
+pub use tracing_layer::LabelLayer;
 
 use crate::sync::Mutex;
 use std::collections::HashMap;
@@ -208,6 +212,20 @@ pub(crate) fn sample_id() -> u32 {
         0 => custom_labels::current(),
         id => id,
     }
+}
+
+/// Whether to keep the labels of the trace `trace_id` when keeping one trace in `n`: the same
+/// answer for the same id in every process and service (FNV-1a of its bytes, modulo `n`), so
+/// a kept trace is kept everywhere it went.
+///
+/// Trace ids as labels cost a set per trace, kept for the life of the process (and at most
+/// [`MAX_SETS`]); a server that labels every request with its trace id fills that in minutes.
+/// Label only the traces this keeps, and the other labels (endpoint, tenant) on every request.
+pub fn keep_trace(trace_id: &str, n: u64) -> bool {
+    let hash = trace_id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    hash % n.max(1) == 0
 }
 
 /// Runs `f` with `set` installed on the calling thread, then puts back the previous set.
