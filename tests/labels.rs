@@ -352,3 +352,52 @@ fn labels_set_through_the_custom_labels_abi_are_read_with_no_code_of_ours() {
         check_known_answer_of(&program, &profile);
     }
 }
+
+/// `cpuprof diff --by endpoint` of a run and one where /b requests also call validate(): the
+/// change shows under /b only (validate grew, serve's share shrank), /a is unchanged, and
+/// `--tagfocus endpoint=/a` alone finds nothing significant either.
+#[test]
+fn diff_by_label_value_shows_a_change_under_its_value_only() {
+    let dir = scratch_dir("labels_diff");
+    let run = |name: &str, extra: &[&str]| {
+        let profile = dir.join(name);
+        let mut args = vec!["2", "1"];
+        args.extend_from_slice(extra);
+        let env = [
+            ("CPUPROFILE", profile.to_str().unwrap()),
+            ("CPUPROFILE_FREQUENCY", "1000"),
+            ("CPUPROFILE_TIMER", "perf"),
+        ];
+        run_alone(&program(), &args, &env);
+        profile
+    };
+    let (before, after) = (run("before.prof", &[]), run("after.prof", &["b-grows"]));
+    let (before, after) = (before.to_str().unwrap(), after.to_str().unwrap());
+    let out = std::process::Command::new(cli())
+        .args(["diff", "--by", "endpoint", before, after])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "a significant change: {text}");
+    let section = |header: &str| -> String {
+        let start = text.find(header).unwrap_or_else(|| panic!("no {header}: {text}"));
+        let rest = &text[start + header.len()..];
+        rest[..rest.find("\n== ").unwrap_or(rest.len())].to_string()
+    };
+    let (a, b) = (section("== endpoint=/a\n"), section("== endpoint=/b\n"));
+    assert!(a.contains("nothing is significant"), "/a: {a}");
+    let verdict = b.lines().find(|l| l.starts_with("significant: ")).unwrap_or_default();
+    assert!(
+        verdict.contains("validate grew") && verdict.contains("serve shrank"),
+        "/b: {b}"
+    );
+    let focus = std::process::Command::new(cli())
+        .args(["diff", "--tagfocus", "endpoint=/a", before, after])
+        .output()
+        .unwrap();
+    let focus_text = String::from_utf8_lossy(&focus.stdout);
+    assert!(
+        focus.status.code() == Some(0) && focus_text.contains("nothing is significant"),
+        "{focus_text}"
+    );
+}

@@ -349,6 +349,10 @@ pub struct DiffArgs {
     /// With --history DB: the epochs taken as the history.
     #[command(flatten)]
     pub selection: db::Selection,
+    /// One comparison per value of the label KEY (`cpuprof::labels`) in either profile, then
+    /// the samples without KEY: what changed for each endpoint, tenant, ...
+    #[arg(long, value_name = "KEY", conflicts_with = "history")]
+    pub by: Option<String>,
     #[command(flatten)]
     pub criteria: DiffCriteria,
     #[command(flatten)]

@@ -5,7 +5,8 @@
  * would bias the sampling: cpu_deadline.h). Linked with -lcpuprof and started by CPUPROFILE.
  * Arguments: CPU seconds per thread (default 2), threads (default 1), and `stress`: instead,
  * switch between three sets (and none) in a tight loop, with a fourth set interned but never
- * installed. Prints the requests served (stress: the switches). */
+ * installed; or `b-grows`: each /b request also calls validate() 3 times (a new cost under /b
+ * only, for `cpuprof diff --by endpoint`). Prints the requests served (stress: the switches). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,8 +21,16 @@
 static const CpuprofLabels *set_a, *set_b, *set_c;
 static volatile unsigned long sink;
 static double seconds = 2;
+static int b_grows;
 
 __attribute__((noinline)) void serve(void) {
+  unsigned long x = sink;
+  for (long i = 0; i < UNIT; i++) x = x * 6364136223846793005UL + 1442695040888963407UL;
+  sink = x;
+}
+
+/* The work /b gains with `b-grows`: the same as serve(), in a function of its own. */
+__attribute__((noinline)) void validate(void) {
   unsigned long x = sink;
   for (long i = 0; i < UNIT; i++) x = x * 6364136223846793005UL + 1442695040888963407UL;
   sink = x;
@@ -37,6 +46,7 @@ static void *worker(void *arg) {
       for (int k = 0; k < 7; k++) serve();
       CpuprofLabelsSwap(set_b);
       for (int k = 0; k < 3; k++) serve();
+      for (int k = 0; k < 3 * b_grows; k++) validate();
       CpuprofLabelsSwap(before);
       requests += 2;
     }
@@ -74,6 +84,7 @@ int main(int argc, char **argv) {
   if (!set_a || !set_b || !set_c || set_a == set_b || CpuprofLabelsIntern(a, 1) != set_a) return 2;
   if (!CpuprofLabelsIntern(never, 1) || CpuprofLabelsIntern(a, -1) != NULL) return 2;
   void *(*run)(void *) = argc > 3 && !strcmp(argv[3], "stress") ? stress : worker;
+  b_grows = argc > 3 && !strcmp(argv[3], "b-grows");
   pthread_t t[64];
   if (threads < 1 || threads > 64) return 2;
   for (int i = 0; i < threads; i++) pthread_create(&t[i], NULL, run, NULL);

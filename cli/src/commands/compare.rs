@@ -23,8 +23,9 @@ pub fn diff(a: DiffArgs) -> Result<u8> {
         rows: criteria.count,
     };
     let tick_us = criteria.tick.us();
-    let seen = |profile: &Profile, units: f64| {
-        let stacks = Stacks::symbolise(profile, &locator).filter(&a.filters);
+    let seen_with = |profile: &Profile, units: f64, filters: &filters::Filters| {
+        let kept = filters::by_labels(profile, filters);
+        let stacks = Stacks::symbolise(kept.as_ref().unwrap_or(profile), &locator).filter(filters);
         diffing::Summary::new(
             &stacks,
             profile.records,
@@ -34,6 +35,7 @@ pub fn diff(a: DiffArgs) -> Result<u8> {
             tick_us,
         )
     };
+    let seen = |profile: &Profile, units: f64| seen_with(profile, units, &a.filters);
     let index = a.sample_index.value;
     // A heap profile: its value (--sample-index) per function, its sampled objects the
     // observations.
@@ -51,6 +53,49 @@ pub fn diff(a: DiffArgs) -> Result<u8> {
     let check = |first: &diffing::Summary, second: &diffing::Summary, names: (&Path, &Path)| {
         same_kind(first, second, names, &criteria.fail_on)
     };
+    if let Some(key) = &a.by {
+        let (base, new) = (
+            a.base.as_deref().ok_or(Error::Usage("diff needs BASE and NEW"))?,
+            a.new.as_deref().ok_or(Error::Usage("diff needs BASE and NEW"))?,
+        );
+        heap::cpu_takes_no_index(index)?;
+        let read = |path: &Path| -> Result<Profile> {
+            let source = input::Source::open(path)?;
+            if heap::read(path, &source)?.is_some() {
+                return Err(Error::Usage(
+                    "diff --by reads CPU profiles: heap profiles carry no labels",
+                ));
+            }
+            input::raw::read_source(path, &source, &locator)
+        };
+        let (first, second) = (read(base)?, read(new)?);
+        let (units_a, units_b) = criteria.units.unwrap_or((1.0, 1.0));
+        let mut status = 0;
+        for value in label_values(key, &[&first, &second]) {
+            match &value {
+                Some(v) => println!("== {key}={v}"),
+                None => println!("== without {key}"),
+            }
+            let group = filters::Filters {
+                group: Some((key.clone(), value)),
+                ..a.filters.clone()
+            };
+            let (before, after) = (seen_with(&first, units_a, &group), seen_with(&second, units_b, &group));
+            check(&before, &after, (base, new))?;
+            let header = format!(
+                "{} ({}) -> {} ({}){}",
+                base.display(),
+                before.describe(),
+                new.display(),
+                after.describe(),
+                tick_note(&after, tick_us)
+            );
+            let report = diffing::compare(&before, &after, header, criteria.units.is_some(), opts);
+            println!("{}", report.render(opts));
+            status = status.max(exit_status(&report, &criteria.fail_on));
+        }
+        return Ok(status);
+    }
     let report = match a.history {
         Some(dir) => {
             // With --history the single positional argument is NEW.
@@ -98,6 +143,28 @@ pub fn diff(a: DiffArgs) -> Result<u8> {
     };
     print!("{}", report.render(opts));
     Ok(exit_status(&report, &criteria.fail_on))
+}
+
+/// The values of label `key` in `profiles`, most samples first (over both), then `None` if
+/// some samples lack the key.
+fn label_values(key: &str, profiles: &[&Profile]) -> Vec<Option<String>> {
+    let mut samples: std::collections::HashMap<Option<String>, u64> = std::collections::HashMap::new();
+    for sample in profiles.iter().flat_map(|p| &p.samples) {
+        let value = sample
+            .labels
+            .as_deref()
+            .and_then(|l| l.iter().find(|(k, _)| k == key))
+            .map(|(_, v)| v.clone());
+        *samples.entry(value).or_default() += sample.count;
+    }
+    let mut values: Vec<(Option<String>, u64)> = samples.into_iter().collect();
+    values.sort_by(|a, b| {
+        a.0.is_none()
+            .cmp(&b.0.is_none())
+            .then(b.1.cmp(&a.1))
+            .then_with(|| a.0.cmp(&b.0))
+    });
+    values.into_iter().map(|(v, _)| v).collect()
 }
 
 /// 3 when the gates fail (each printed), or with no gates when a change is significant.

@@ -234,6 +234,20 @@ pub fn profile(profile: &Profile, locator: &Locator, filters: &Filters) -> Profi
     }
 }
 
+/// `profile` with only the samples the tag filters keep (`None`: they keep every sample), for
+/// readers that filter chains themselves (`diff`).
+pub fn by_labels(profile: &Profile, filters: &Filters) -> Option<Profile> {
+    filters.by_tags().then(|| Profile {
+        samples: profile
+            .samples
+            .iter()
+            .filter(|sample| filters.keeps_labels(sample.labels.as_deref()))
+            .cloned()
+            .collect(),
+        ..profile.clone()
+    })
+}
+
 /// A heap profile as `filters` leave it, for `convert`, as [`profile`] leaves a CPU profile.
 pub fn heap_profile(profile: &HeapProfile, locator: &Locator, filters: &Filters) -> HeapProfile {
     let maps = profile.maps();
