@@ -242,3 +242,52 @@ fn cum_samples(profile: &Path, function: &str) -> u64 {
         .unwrap_or_else(|| panic!("{function} not in\n{text}"));
     line.split_whitespace().nth(3).unwrap().parse().unwrap()
 }
+
+/// The label picker: a profile of tests/c/labels_known.c whose /b requests also call
+/// validate() (/a: serve alone; /b: serve and validate, one half each). Picking a value draws
+/// that value's samples across the graph's width and states its share.
+#[test]
+fn a_label_value_picked_shows_its_own_flame_graph_and_share() {
+    let dir = scratch_dir("report_html_labels");
+    let program = compile_c(&dir, "labels_known.c", "labels_known", &["-O2"], true);
+    let profile = dir.join("labels.prof");
+    let env = [
+        ("CPUPROFILE", profile.to_str().unwrap()),
+        ("CPUPROFILE_FREQUENCY", "1000"),
+        ("CPUPROFILE_TIMER", "perf"),
+    ];
+    run_alone(&program, &["2", "1", "b-grows"], &env);
+    let page_path = kept("labels.html");
+    let page = report(&[profile.to_str().unwrap()], &page_path);
+    assert!(
+        page.contains("\"labels\":[[\"endpoint\","),
+        "the page carries the label groups"
+    );
+    if !browser_installed() {
+        return;
+    }
+    let v = browse("labels", &page_path, &kept("labels.png"));
+    assert_eq!(v["picker_shown"], "True");
+    assert!(
+        v["options"].starts_with("all;endpoint=/") && v["options"].contains("endpoint=/b ("),
+        "{v:?}"
+    );
+    // /a: serve is the whole graph; /b: serve and validate about half each.
+    assert!(number(&v, "serve/a") > 95.0 && number(&v, "validate/a") < 0.5, "{v:?}");
+    for f in ["serve/b", "validate/b"] {
+        assert!((35.0..65.0).contains(&number(&v, f)), "{f}: {v:?}");
+    }
+    // The stated shares: /a 7 of 13 units of work, /b 6 of 13.
+    let stated = |key: &str| -> f64 {
+        let text = &v[key];
+        text.split(", ")
+            .nth(1)
+            .and_then(|p| p.split('%').next())
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert!((stated("share/a") - 53.8).abs() < 5.0, "{v:?}");
+    assert!((stated("share/b") - 46.2).abs() < 5.0, "{v:?}");
+    assert!((20.0..30.0).contains(&number(&v, "validate_all")), "{v:?}");
+}

@@ -173,6 +173,31 @@ return [...document.querySelectorAll('#flame .fr')].filter(e => e.textContent ==
     show("screenshot", screenshot)
 
 
+PICK = """
+const s = document.getElementById('labels');
+for (const o of s.options) if (o.textContent === arguments[0] || o.textContent.startsWith(arguments[0] + ' ')) s.value = o.value;
+s.dispatchEvent(new Event('change'));
+return s.value;"""
+
+
+def labels(browser, page, screenshot):
+    """The label picker: its options, and per endpoint the widths of serve and validate and the
+    share the page states."""
+    browser.open(page)
+    show("picker_shown", browser.js("return !document.getElementById('picker').hidden"))
+    show("options", browser.js("return [...document.querySelectorAll('#labels option')].map(o => o.textContent).join(';')"))
+    for value in ("/a", "/b"):
+        browser.js(PICK, "endpoint=" + value)
+        widths = browser.js(WIDTHS)
+        show(f"serve{value}", widths.get("serve", 0.0))
+        show(f"validate{value}", widths.get("validate", 0.0))
+        show(f"share{value}", browser.js("return document.getElementById('labelshare').textContent"))
+    browser.screenshot(screenshot)
+    browser.js(PICK, "all")
+    show("validate_all", browser.js(WIDTHS).get("validate", 0.0))
+    show("screenshot", screenshot)
+
+
 def load(browser, page, runs):
     """Per run: when the page's script had drawn everything (its `cpuprof-ready` mark), when the
     load event ended (the same for a page without that mark, e.g. an SVG), and frames drawn."""
@@ -198,6 +223,8 @@ def main():
             known(browser, page, sys.argv[3])
         elif mode == "diff":
             diff(browser, page, sys.argv[3])
+        elif mode == "labels":
+            labels(browser, page, sys.argv[3])
         elif mode == "load":
             load(browser, page, int(sys.argv[3]) if len(sys.argv) > 3 else 3)
         else:

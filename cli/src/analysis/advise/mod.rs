@@ -22,7 +22,7 @@ use crate::analysis::diff::{self, Report, Row};
 use crate::model::stacks::{Counts, Stacks};
 use crate::symbols::{file_name, Locator, Symbolizer};
 use cpuprof::format::{FastHash, Maps, Profile};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 
 /// One frame of a sample's chain.
@@ -62,6 +62,9 @@ pub struct Analysis {
     /// Function -> (file, line) -> self samples, for functions of the program.
     lines: HashMap<String, HashMap<(String, u64), u64>>,
     pub families: Vec<FamilyShare>,
+    /// The stacks of the samples labelled with each (key, value) (`cpuprof::labels`), for
+    /// the report's label picker.
+    pub by_label: BTreeMap<(String, String), Stacks>,
 }
 
 /// Names the addresses of one profile as `top` does, keeping file, line and object.
@@ -130,6 +133,7 @@ impl Analysis {
         let mut lines: HashMap<String, HashMap<(String, u64), u64>> = HashMap::new();
         let mut families: Vec<FamilyTally> = FAMILIES.iter().map(|_| FamilyTally::default()).collect();
         let mut chain: Vec<Rc<Vec<Site>>> = Vec::new();
+        let mut by_label = BTreeMap::new();
         for sample in &profile.samples {
             chain.clear();
             for (i, &pc) in sample.pcs.iter().enumerate().rev() {
@@ -138,6 +142,12 @@ impl Analysis {
             }
             let frames: Vec<&Site> = chain.iter().flat_map(|s| s.iter()).collect();
             stacks.push(frames.iter().map(|s| s.name.as_str()), sample.count);
+            for (key, value) in sample.labels.iter().flat_map(|l| l.iter()) {
+                by_label
+                    .entry((key.clone(), value.clone()))
+                    .or_insert_with(|| Stacks::new(profile.period_us))
+                    .push(frames.iter().map(|s| s.name.as_str()), sample.count);
+            }
             if let Some(leaf) = frames.last().filter(|s| !s.system && s.line > 0) {
                 *lines
                     .entry(leaf.name.clone())
@@ -181,6 +191,7 @@ impl Analysis {
             stacks,
             lines,
             families,
+            by_label,
         }
     }
 

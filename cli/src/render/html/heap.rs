@@ -53,7 +53,7 @@ pub fn page(profile: &HeapProfile, value: HeapValue, baseline: &Baseline, opts: 
         }
     };
     let functions = stacks.functions();
-    let data = script_data(&stacks, &functions, &mut tree, &HashMap::new(), &comparison);
+    let data = script_data(&stacks, &functions, &mut tree, &HashMap::new(), &comparison, &[]);
     let mut html = String::with_capacity(data.len() + 32 * 1024);
     html.push_str(&heading(&stacks, opts, &comparison));
     html.push_str(GRAPH_SECTION);

@@ -74,6 +74,7 @@ pub fn page(file: &Path, bytes: &[u8], baseline: &Baseline, opts: &Options) -> R
     let analysis = advise::Analysis::new(&profile, locator);
     let mut tree = Tree::new();
     tree.add(&analysis.stacks, false);
+    let groups = label_groups(&analysis, &mut tree);
     let comparison = compare(file, &profile, &analysis.stacks, baseline, opts, &mut tree)?;
     let growth = match (baseline, &comparison.report) {
         (Baseline::History(..), Some((report, runs))) => Some((report, *runs)),
@@ -87,7 +88,7 @@ pub fn page(file: &Path, bytes: &[u8], baseline: &Baseline, opts: &Options) -> R
         .enumerate()
         .map(|(i, r)| (r.function.as_str(), format!("src-{i}")))
         .collect();
-    let data = script_data(&analysis.stacks, &functions, &mut tree, &anchors, &comparison);
+    let data = script_data(&analysis.stacks, &functions, &mut tree, &anchors, &comparison, &groups);
     let mut html = String::with_capacity(data.len() + 64 * 1024);
     html.push_str(&heading(&analysis.stacks, opts, &comparison));
     html.push_str(&hints_section(
@@ -116,6 +117,24 @@ pub fn page(file: &Path, bytes: &[u8], baseline: &Baseline, opts: &Options) -> R
         "<script type=\"application/json\" id=\"data\">{data}</script>\n<script>{SCRIPT}</script>\n</body></html>\n"
     );
     Ok(html)
+}
+
+/// Label values the page lets the reader pick, most samples first.
+const LABEL_GROUPS: usize = 64;
+
+/// Adds the samples of each label value (the [`LABEL_GROUPS`] largest) to `tree` as a group;
+/// returns `[key,value,samples]` for each, in the groups' order, for the page's picker.
+fn label_groups(analysis: &advise::Analysis, tree: &mut Tree) -> Vec<String> {
+    let mut groups: Vec<(&(String, String), &Stacks)> = analysis.by_label.iter().collect();
+    groups.sort_by(|a, b| b.1.total().cmp(&a.1.total()).then(a.0.cmp(b.0)));
+    groups
+        .into_iter()
+        .take(LABEL_GROUPS)
+        .map(|((key, value), stacks)| {
+            tree.add_group(stacks);
+            format!("[{},{},{}]", json::string(key), json::string(value), stacks.total())
+        })
+        .collect()
 }
 
 /// The profile against its baseline: what the page says it is compared with, the baseline's
@@ -222,13 +241,15 @@ fn listed(functions: &Functions, advice: &Advice) -> Vec<String> {
     listed
 }
 
-/// The page script's data, as JSON safe inside `<script>`.
+/// The page script's data, as JSON safe inside `<script>`; `labels`: the label groups of the
+/// tree ([`label_groups`]).
 fn script_data(
     stacks: &Stacks,
     functions: &Functions,
     tree: &mut Tree,
     anchors: &HashMap<&str, String>,
     comparison: &Comparison,
+    labels: &[String],
 ) -> String {
     let mut data = format!(
         "{{\"total\":{},\"kept\":{},\"period_us\":{},\"base_total\":{},{}",
@@ -276,6 +297,7 @@ fn script_data(
         grown.join(","),
         shrank.join(",")
     );
+    let _ = write!(data, ",\"labels\":[{}]", labels.join(","));
     let names: Vec<String> = tree.names().iter().map(|n| json::string(n)).collect();
     let _ = write!(data, ",\"names\":[{}]}}", names.join(","));
     // Inside <script>, `</script>` or `<!--` in a name would end or confuse the block: no `<`
@@ -342,6 +364,7 @@ show it in the flame graph.</p><table id=\"toptable\"><thead><tr><th data-k=\"fl
 const GRAPH_SECTION: &str = "<section id=\"graph\"><h2>Flame graph</h2>\
 <div class=\"toolbar\"><input id=\"search\" type=\"search\" placeholder=\"Search functions (regular expression)\" \
 autocomplete=\"off\"><span id=\"matched\"></span><button id=\"reset\" type=\"button\">Reset zoom</button>\
+<span id=\"picker\" hidden><label>Samples <select id=\"labels\"></select></label> <span id=\"labelshare\"></span></span>\
 <span id=\"legend\"></span></div>\n<div id=\"flame\" class=\"flame\"></div>\n\
 <div id=\"selected\" hidden><h3>Callers of <span class=\"selname\"></span></h3><p class=\"help\">The function \
 at the top, what called it below (each stack counted once, however often the function recurs).</p>\

@@ -13,6 +13,7 @@
     }
     return escaped[id];
   };
+  const esc0 = (s) => s.replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
   const pct = (n, total) => (total > 0 ? (100 * n) / total : 0).toFixed(2) + "%";
   // What the widths count: CPU samples, or a heap profile's bytes or objects (D.unit, D.value).
   const unit = D.unit || "samples";
@@ -26,7 +27,7 @@
   };
   const cell = (n) => (unit === "bytes" ? bytes(n) : `${n}`);
   const amount = (n) => (unit === "bytes" ? bytes(n) : `${n} ${unit}`);
-  const rootLabel = unit === "samples" ? "all samples" : `all (${D.value})`;
+  let rootLabel = unit === "samples" ? "all samples" : `all (${D.value})`;
 
   // A call tree in preorder: per node its name id, samples (and the baseline's), depth, the
   // index just past its subtree, and its parent.
@@ -123,7 +124,7 @@
     const bar = (i, x, w, cls) => {
       const [kind, fill] = colour(t, i, 0);
       const m = match && match[t.name[i]] ? " m" : "";
-      const label = w >= 24 ? (i === 0 && t === main ? rootLabel : esc(t.name[i])) : "";
+      const label = w >= 24 ? (i === 0 && t === main ? esc0(rootLabel) : esc(t.name[i])) : "";
       out.push(
         `<div class="fr ${cls}${kind ? " " + kind : ""}${m}" data-i="${i}" style="left:${x.toFixed(2)}px;width:${w.toFixed(2)}px;top:${t.depth[i] * ROW}px;background:${fill}">${label}</div>`
       );
@@ -344,6 +345,38 @@
       else (sortKey = th.dataset.k), (descending = th.dataset.k !== "name");
       table();
     });
+  }
+
+  // The label picker: the flame graph of the samples of one label value (D.labels[k], whose
+  // per-node samples are D.groups[k]), with its share of all samples.
+  if (D.labels && D.labels.length) {
+    const everything = main.value, allLabel = rootLabel;
+    const picker = document.getElementById("labels");
+    const share = document.getElementById("labelshare");
+    picker.innerHTML =
+      `<option value="-1">all</option>` +
+      D.labels
+        .map(([k, v, n], i) => `<option value="${i}">${esc0(k)}=${esc0(v)} (${pct(n, total)})</option>`)
+        .join("");
+    picker.addEventListener("change", () => {
+      const k = +picker.value;
+      if (k < 0) {
+        main.value = everything;
+        rootLabel = allLabel;
+        share.textContent = "";
+      } else {
+        const [key, value, n] = D.labels[k];
+        const v = new Float64Array(main.n);
+        const g = D.groups[k];
+        for (let j = 0; j < g.length; j += 2) v[g[j]] = g[j + 1];
+        main.value = v;
+        rootLabel = `${key}=${value}`;
+        share.textContent = `${amount(n)}, ${pct(n, total)} of all`;
+      }
+      focus = 0;
+      search(box.value);
+    });
+    document.getElementById("picker").hidden = false;
   }
 
   if (main.base) {

@@ -19,6 +19,8 @@ pub struct Tree {
     base: Vec<u64>,
     children: HashMap<(u32, u32), u32>,
     has_base: bool,
+    /// Per group of samples (a label value): samples per node, for the nodes it reaches.
+    groups: Vec<HashMap<u32, u64>>,
 }
 
 /// The root's name: not a function (no function name starts with a space).
@@ -33,6 +35,7 @@ impl Tree {
             base: Vec::new(),
             children: HashMap::new(),
             has_base: false,
+            groups: Vec::new(),
         };
         let root = tree.id(ROOT);
         tree.name.push(root);
@@ -53,10 +56,34 @@ impl Tree {
     /// Adds every chain of `stacks`, as the new profile's or as the baseline's samples.
     pub fn add(&mut self, stacks: &Stacks, baseline: bool) {
         self.has_base |= baseline;
+        self.walk(stacks, |tree, node, count| {
+            let slot = if baseline {
+                &mut tree.base[node as usize]
+            } else {
+                &mut tree.value[node as usize]
+            };
+            *slot = slot.saturating_add(count);
+        });
+    }
+
+    /// Adds `stacks` (a subset of the profile's samples, already added) as a group the page
+    /// can show alone.
+    pub fn add_group(&mut self, stacks: &Stacks) {
+        self.groups.push(HashMap::new());
+        let group = self.groups.len() - 1;
+        self.walk(stacks, |tree, node, count| {
+            let slot = tree.groups[group].entry(node).or_default();
+            *slot = slot.saturating_add(count);
+        });
+    }
+
+    /// Calls `bump(self, node, count)` for every node on every chain of `stacks`, from the
+    /// root, making the nodes not in the tree yet.
+    fn walk(&mut self, stacks: &Stacks, mut bump: impl FnMut(&mut Tree, u32, u64)) {
         let ids: Vec<u32> = stacks.names().iter().map(|n| self.id(n)).collect();
         for (chain, count) in stacks.chains() {
             let mut node = 0u32;
-            self.bump(node, count, baseline);
+            bump(self, node, count);
             for &frame in chain {
                 let name = ids[frame as usize];
                 node = match self.children.get(&(node, name)) {
@@ -70,18 +97,9 @@ impl Tree {
                         child
                     }
                 };
-                self.bump(node, count, baseline);
+                bump(self, node, count);
             }
         }
-    }
-
-    fn bump(&mut self, node: u32, count: u64, baseline: bool) {
-        let slot = if baseline {
-            &mut self.base[node as usize]
-        } else {
-            &mut self.value[node as usize]
-        };
-        *slot = slot.saturating_add(count);
     }
 
     #[cfg(test)]
@@ -90,8 +108,9 @@ impl Tree {
     }
 
     /// `"tree":[name,samples,depth,...]` in preorder, each node's children by samples (most
-    /// first, then by the baseline's, then by name), and `"base":[samples,...]` in the same
-    /// order or null.
+    /// first, then by the baseline's, then by name), `"base":[samples,...]` in the same
+    /// order or null, and `"groups":[[node,samples,...],...]`: per group, its nodes' preorder
+    /// indices and samples.
     pub fn json(&self) -> String {
         let mut kids: Vec<Vec<u32>> = vec![Vec::new(); self.name.len()];
         for (&(parent, _), &child) in &self.children {
@@ -111,8 +130,12 @@ impl Tree {
         let mut base = String::with_capacity(if self.has_base { self.name.len() * 4 } else { 0 });
         let mut stack: Vec<(u32, u32)> = vec![(0, 0)];
         let mut first = true;
+        let mut preorder = vec![0u32; self.name.len()];
+        let mut next = 0;
         while let Some((node, depth)) = stack.pop() {
             let n = node as usize;
+            preorder[n] = next;
+            next += 1;
             let comma = if first { "" } else { "," };
             let _ = write!(tree, "{comma}{},{},{depth}", self.name[n], self.value[n]);
             if self.has_base {
@@ -126,7 +149,17 @@ impl Tree {
         } else {
             "null".to_string()
         };
-        format!("\"tree\":[{tree}],\"base\":{base}")
+        let groups: Vec<String> = self
+            .groups
+            .iter()
+            .map(|group| {
+                let mut nodes: Vec<(u32, u64)> = group.iter().map(|(&n, &v)| (preorder[n as usize], v)).collect();
+                nodes.sort_unstable();
+                let flat: Vec<String> = nodes.iter().map(|(i, v)| format!("{i},{v}")).collect();
+                format!("[{}]", flat.join(","))
+            })
+            .collect();
+        format!("\"tree\":[{tree}],\"base\":{base},\"groups\":[{}]", groups.join(","))
     }
 }
 
@@ -152,10 +185,20 @@ mod tests {
         // Root 9 new / 9 base; main; b (5) before a (4) before c (0 new, 7 base); x under a.
         assert_eq!(
             tree.json(),
-            format!("\"tree\":[0,9,0,{main},9,1,{b},5,2,{a},4,2,{x},3,3,{c},0,2],\"base\":[9,9,0,2,2,7]")
+            format!("\"tree\":[0,9,0,{main},9,1,{b},5,2,{a},4,2,{x},3,3,{c},0,2],\"base\":[9,9,0,2,2,7],\"groups\":[]")
         );
         let mut alone = Tree::new();
         alone.add(&new, false);
-        assert!(alone.json().ends_with("\"base\":null"));
+        assert!(alone.json().ends_with("\"base\":null,\"groups\":[]"));
+        // A group: the samples of main>a only, at the preorder indices of root, main, a, x.
+        let mut part = Stacks::new(1000);
+        part.push(["main", "a", "x"], 3);
+        part.push(["main", "a"], 1);
+        alone.add_group(&part);
+        assert!(
+            alone.json().ends_with("\"groups\":[[0,4,1,4,3,4,4,3]]"),
+            "{}",
+            alone.json()
+        );
     }
 }
