@@ -401,3 +401,42 @@ fn diff_by_label_value_shows_a_change_under_its_value_only() {
         "{focus_text}"
     );
 }
+
+/// Labels survive the epoch database (`CPUPROFILE_DB`, read merged by `top --db`) and `merge`:
+/// `--tagfocus endpoint=/b` keeps the /b share of the whole there too.
+#[test]
+fn the_epoch_database_and_merge_keep_labels() {
+    let dir = scratch_dir("labels_db");
+    let db = dir.join("db");
+    let env = [
+        ("CPUPROFILE_DB", db.to_str().unwrap()),
+        ("CPUPROFILE_FREQUENCY", "1000"),
+        ("CPUPROFILE_TIMER", "perf"),
+    ];
+    run_alone(&program(), &["2", "1"], &env);
+    let focus = run_ok(
+        cli(),
+        &["top", "--db", db.to_str().unwrap(), "--tagfocus", "endpoint=/b"],
+        &[],
+    );
+    let kept = kept_shares(&format!("== /b\n{}", String::from_utf8_lossy(&focus.stdout)));
+    assert!(
+        (kept["/b"] - 30.0).abs() < 5.0,
+        "top --db --tagfocus endpoint=/b: {kept:?}"
+    );
+    let epoch_file = std::fs::read_dir(&db)
+        .unwrap()
+        .flat_map(|e| std::fs::read_dir(e.unwrap().path()).unwrap())
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "prof"))
+        .expect("an epoch's profile");
+    let merged = dir.join("merged.prof");
+    let (epoch, merged_path) = (epoch_file.to_str().unwrap(), merged.to_str().unwrap());
+    run_ok(cli(), &["merge", "-o", merged_path, epoch, epoch], &[]);
+    let (once, twice) = (our_shares(&epoch_file), our_shares(&merged));
+    assert!((once["/b"] - twice["/b"]).abs() < 0.01, "merge: {once:?} -> {twice:?}");
+    assert_eq!(
+        read_profile(&merged).total_samples(),
+        2 * read_profile(&epoch_file).total_samples()
+    );
+}

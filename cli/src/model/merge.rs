@@ -6,6 +6,7 @@
 //! of their own above everything else; addresses in no mapping are kept as they are.
 
 use crate::error::{Error, Result};
+use cpuprof::format::sample_labels::{labels_line, labelset_line, Labels};
 use cpuprof::format::{build_id, MapEntry, Profile, ProfileWriter, SignalWeights, SlotFormat};
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -26,7 +27,8 @@ pub fn merge(profiles: &[(String, Profile)]) -> Result<(Vec<u8>, u64)> {
         .max()
         .unwrap_or(0)
         .checked_next_multiple_of(PAGE);
-    let mut stacks: HashMap<Vec<u64>, u64> = HashMap::new();
+    // Samples of one stack with different labels stay apart.
+    let mut stacks: HashMap<(Vec<u64>, Option<Labels>), u64> = HashMap::new();
     let mut total = 0u64;
     for (name, profile) in profiles {
         if profile.period_us != first.period_us {
@@ -49,15 +51,22 @@ pub fn merge(profiles: &[(String, Profile)]) -> Result<(Vec<u8>, u64)> {
                 .collect();
             let overflow = || format!("{name}: merged sample counts would pass 2^64 - 1");
             total = total.checked_add(s.count).ok_or_else(overflow)?;
-            let count = stacks.entry(pcs).or_default();
+            let count = stacks.entry((pcs, s.labels.clone())).or_default();
             *count = count.checked_add(s.count).ok_or_else(overflow)?;
         }
     }
     let mut out = ProfileWriter::new(Vec::new(), SlotFormat::NATIVE, first.period_us).map_err(|e| e.to_string())?;
     let mut sorted: Vec<_> = stacks.into_iter().collect();
     sorted.sort();
-    for (pcs, count) in sorted {
+    // Label sets numbered in the merged profile, and which record carries which.
+    let mut sets: HashMap<Labels, u32> = HashMap::new();
+    let mut labelled: Vec<(u64, u32)> = Vec::new();
+    for (ordinal, ((pcs, labels), count)) in sorted.into_iter().enumerate() {
         out.write_record(count, &pcs).map_err(|e| e.to_string())?;
+        if let Some(labels) = labels {
+            let next = sets.len() as u32 + 1;
+            labelled.push((ordinal as u64, *sets.entry(labels).or_insert(next)));
+        }
     }
     let mut text = String::new();
     for e in &maps {
@@ -87,6 +96,14 @@ pub fn merge(profiles: &[(String, Profile)]) -> Result<(Vec<u8>, u64)> {
         if profiles.iter().all(|(_, p)| p.maps.process.as_ref() == Some(process)) {
             text.push_str(&process.line());
         }
+    }
+    let mut numbered: Vec<(&Labels, &u32)> = sets.iter().collect();
+    numbered.sort_by_key(|(_, &id)| id);
+    for (labels, &id) in numbered {
+        text.push_str(&labelset_line(id, labels));
+    }
+    for (ordinal, id) in labelled {
+        text.push_str(&labels_line(ordinal, id));
     }
     Ok((out.finish(text.as_bytes()).map_err(|e| e.to_string())?, total))
 }
