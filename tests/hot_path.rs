@@ -5,8 +5,9 @@
 //!   cpuprof's per-thread lock counter must not move on a thread burning CPU in code that
 //!   neither allocates nor locks, across a window in which hundreds of samples land on it.
 //! * System calls (through LD_PRELOAD, under strace): between two markers on such a thread,
-//!   the only calls are the signal's `rt_sigreturn` and, for perf events, the `read` of the
-//!   event's count and two `ioctl`s (the next interval, re-enabling), exactly that per signal. The program also
+//!   the only calls are the signal's `rt_sigreturn` and, for perf events, the
+//!   `clock_gettime` of the thread's CPU clock (the sample's weight) and three `ioctl`s (the
+//!   event's id, the next interval, re-enabling), exactly that per signal. The program also
 //!   interposes malloc, which libcpuprof.so's allocations go through.
 
 mod support;
@@ -160,8 +161,8 @@ fn handler_path_makes_only_the_timers_system_calls() {
         false,
     );
     for (timer, unwinder, timer_calls) in [
-        ("perf", "auto", &[("read", 1), ("ioctl", 3)][..]),
-        ("perf", "fp", &[("read", 1), ("ioctl", 3)][..]),
+        ("perf", "auto", &[("clock_gettime", 1), ("ioctl", 3)][..]),
+        ("perf", "fp", &[("clock_gettime", 1), ("ioctl", 3)][..]),
         ("thread", "auto", &[][..]),
         ("itimer", "auto", &[][..]),
     ] {

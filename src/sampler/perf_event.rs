@@ -23,7 +23,7 @@
 //!   most [`MAX_BUDGET`]). Under `ulimit -n 1024` the budget is zero: the registry gives threads
 //!   POSIX CPU timers instead ([`super::thread_timers`]).
 //! * **Identity.** The program may close our descriptor (`close_range`, a daemon closing every
-//!   fd) and reuse its number. Every use — the handler's `read`, `ioctl`s, `close` — first asks
+//!   fd) and reuse its number. Every use — the handler's `ioctl`s, `close` — first asks
 //!   the descriptor for its event id (`PERF_EVENT_IOC_ID`, which fails on anything that is not a
 //!   perf event) and compares it with the id recorded at open. A descriptor that is no longer
 //!   ours is never read, re-armed or closed.
