@@ -305,10 +305,10 @@ pub struct TopArgs {
     pub count: usize,
     /// One table per value of the label KEY (`cpuprof::labels`), largest first, then the
     /// samples without KEY; each value's share of the total in its header.
-    #[arg(long, value_name = "KEY", conflicts_with = "db")]
+    #[arg(long, value_name = "KEY")]
     pub by: Option<String>,
     /// Instead of the table, each label key's values and their shares (pprof -tags).
-    #[arg(long, conflicts_with_all = ["by", "db"])]
+    #[arg(long, conflicts_with = "by")]
     pub tags: bool,
     #[command(flatten)]
     pub sample_index: SampleIndex,

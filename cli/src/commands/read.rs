@@ -30,11 +30,22 @@ pub fn top(a: TopArgs) -> Result<u8> {
     Ok(0)
 }
 
-/// `top --tags` and `top --by KEY` of a raw profile.
+/// `top --tags` and `top --by KEY` of a raw profile, or of a database's selection merged.
 fn top_by_labels(a: TopArgs, locator: &Locator) -> Result<u8> {
     heap::cpu_takes_no_index(a.sample_index.value)?;
-    let file = input::given(a.file)?;
-    let source = input::Source::open(&file)?;
+    let merged;
+    let (file, source) = match &a.db.db {
+        Some(dir) => {
+            let (name, bytes) = input::db::merged_selection(dir, &a.db.selection, locator)?;
+            merged = bytes;
+            (name, input::Source::bytes(&merged))
+        }
+        None => {
+            let file = input::given(a.file.clone())?;
+            let source = input::Source::open(&file)?;
+            (file, source)
+        }
+    };
     let outline = raw::outline_source(&file, &source, locator)?;
     let counts = labels::count(&source, &outline, &a.filters)?;
     let Some(key) = a.by else {
