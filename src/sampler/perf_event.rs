@@ -155,8 +155,9 @@ pub fn is_ours(fd: c_int) -> bool {
 }
 
 /// Opens an event for thread `tid` that signals it with `signal` every `period_ns` of its
-/// CPU time, at a descriptor in the budget.
-pub fn open(tid: libc::pid_t, signal: c_int, period_ns: u64) -> io::Result<c_int> {
+/// CPU time, at a descriptor in the budget; its samples account for the thread's CPU time
+/// from `accounted_from` (`None`: from now).
+pub fn open(tid: libc::pid_t, signal: c_int, period_ns: u64, accounted_from: Option<u64>) -> io::Result<c_int> {
     let attr = PerfEventAttr {
         kind: PERF_TYPE_SOFTWARE,
         size: std::mem::size_of::<PerfEventAttr>() as u32,
@@ -207,14 +208,14 @@ pub fn open(tid: libc::pid_t, signal: c_int, period_ns: u64) -> io::Result<c_int
             libc::close(fd);
             return Err(io::Error::other("not a perf event"));
         };
-        // Samples account for the thread's CPU time from now on; recorded before the event
-        // is enabled below.
-        let Some(cpu_now) = thread_cpu_ns_of(tid) else {
+        // Samples account for the thread's CPU time from `accounted_from`, or from now on;
+        // recorded before the event is enabled below.
+        let Some(from) = accounted_from.or_else(|| thread_cpu_ns_of(tid)) else {
             let e = io::Error::last_os_error();
             libc::close(fd);
             return Err(e);
         };
-        ACCOUNTED[s].store(cpu_now, Ordering::Relaxed);
+        ACCOUNTED[s].store(from, Ordering::Relaxed);
         IDS[s].store(id, Ordering::Release);
         PERIOD_NS.store(period_ns, Ordering::Relaxed);
         let owner = [F_OWNER_TID, tid];
