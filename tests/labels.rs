@@ -239,6 +239,28 @@ fn wall_clock_profile_of_one_thread() {
     );
 }
 
+/// A wall-clock profile of a thread that sleeps 3 ms under /a and works ~1 ms under /b: its
+/// samples off the CPU carry /a, its samples on the CPU /b (3 : 1 of its time).
+#[test]
+fn wall_clock_samples_off_the_cpu_keep_their_labels() {
+    let dir = scratch_dir("labels_wall_sleepy");
+    let profile = dir.join("wall.prof");
+    let env = [
+        ("CPUPROFILE_WALL", profile.to_str().unwrap()),
+        ("CPUPROFILE_WALL_FREQUENCY", "500"),
+    ];
+    run_alone(&program(), &["0", "1", "sleepy"], &env);
+    let shares = our_shares(&profile);
+    let (a, b) = (
+        shares.get("/a").copied().unwrap_or(0.0),
+        shares.get("/b").copied().unwrap_or(0.0),
+    );
+    assert!(
+        (60.0..90.0).contains(&a) && (10.0..40.0).contains(&b),
+        "asleep under /a {a:.1} %, working under /b {b:.1} %: {shares:?}"
+    );
+}
+
 /// The Rust API with tokio's multi-thread runtime (`examples/labels_tokio.rs`): tasks carry
 /// their labels (`WithLabels`) as they move between the runtime's threads.
 #[test]

@@ -123,11 +123,17 @@ fn static_tls_size() -> Option<u64> {
 /// read). Async-signal-safe: reads through `/proc/self/mem`, interns without lock or
 /// allocation.
 pub(super) fn current() -> u32 {
+    of_thread(crate::arch::thread_pointer())
+}
+
+/// [`current`] of the thread whose thread pointer is `tp` (the calling thread, or another that
+/// is blocked). Async-signal-safe.
+pub(super) fn of_thread(tp: u64) -> u32 {
     let offset = SLOT_OFFSET.load(Ordering::Relaxed);
     if offset == 0 {
         return 0;
     }
-    let slot = crate::arch::thread_pointer().wrapping_add(offset as u64);
+    let slot = tp.wrapping_add(offset as u64);
     let mut set = [0u64];
     if safe_read::copy_words(slot, &mut set) != 1 || set[0] == 0 {
         return 0;

@@ -228,6 +228,26 @@ pub fn keep_trace(trace_id: &str, n: u64) -> bool {
     hash % n.max(1) == 0
 }
 
+/// The number of the labels of another thread of the process, blocked, whose thread pointer
+/// is `tp`: its cpuprof set, or else its custom-labels set; 0 for none. Reads its memory
+/// through `/proc/self/mem` (the thread may have exited: a number that names no set is none).
+/// For the wall sampler; not for signal context.
+pub(crate) fn of_blocked_thread(tp: u64) -> u32 {
+    // The slot is initial-exec TLS of this library: the same offset from every thread's
+    // thread pointer.
+    let offset = (crate::arch::thread_labels() as u64).wrapping_sub(crate::arch::thread_pointer());
+    let mut id = [0u8; 4];
+    let own = match crate::unwind::safe_read::copy_bytes(tp.wrapping_add(offset), &mut id) {
+        4 => u32::from_ne_bytes(id),
+        _ => 0,
+    };
+    match own {
+        0 => custom_labels::of_thread(tp),
+        id if LabelSet::by_id(id).is_some() => id,
+        _ => 0,
+    }
+}
+
 /// Runs `f` with `set` installed on the calling thread, then puts back the previous set.
 pub fn with<R>(set: &'static LabelSet, f: impl FnOnce() -> R) -> R {
     let _guard = set.enter();

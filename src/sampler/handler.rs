@@ -553,17 +553,21 @@ pub fn record_outside_handler(pcs: &[u64], weight: u64, delivery: Option<Deliver
     }
 }
 
-/// Adds `weight` samples of another thread's call chain `pcs`, ending in its context's marker
-/// when the profile records contexts (the wall sampler's looks at threads off the CPU).
-pub fn record_other_thread(pcs: &[u64], context: SampleContext, weight: u64) {
+/// Adds `weight` samples of another thread's call chain `pcs`, ending in its label set's
+/// marker (`label`: its number, 0 for none) and its context's marker when the profile records
+/// contexts (the wall sampler's looks at threads off the CPU).
+pub fn record_other_thread(pcs: &[u64], context: SampleContext, weight: u64, label: u32) {
     let in_flight = InFlight::enter();
     if let Some(state) = in_flight.state() {
         if state.labels != Labels::None && !pcs.is_empty() {
             let mut chain = [0u64; MAX_CONTEXT_CHAIN];
-            let kept = pcs.len().min(chain.len() - 1);
+            let kept = pcs.len().min(chain.len() - 2);
             chain[..kept].copy_from_slice(&pcs[..kept]);
-            chain[kept] = context.marker();
-            state.table.record(&chain[..=kept], weight);
+            let n = match label {
+                0 => with_markers(&mut chain, kept, &[context.marker()]),
+                id => with_markers(&mut chain, kept, &[sample_labels::marker(id), context.marker()]),
+            };
+            state.table.record(&chain[..n], weight);
         } else {
             state.table.record(pcs, weight);
         }

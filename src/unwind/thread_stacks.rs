@@ -85,6 +85,29 @@ impl ThreadStacks {
         None
     }
 
+    /// The thread pointer of the registered thread whose stack holds `sp`, if exactly one
+    /// registered thread's does (stale entries of exited threads may overlap a new stack).
+    /// Scans every slot: for the wall sampler, not for signal context.
+    pub fn thread_at(&self, sp: u64) -> Option<u64> {
+        let mut found = None;
+        for s in 0..SLOTS {
+            let key = self.keys[s].load(Ordering::Acquire);
+            if key <= TOMBSTONE {
+                continue;
+            }
+            let (lo, hi) = (self.los[s].load(Ordering::Relaxed), self.his[s].load(Ordering::Relaxed));
+            std::sync::atomic::fence(Ordering::Acquire);
+            if self.keys[s].load(Ordering::Relaxed) != key || !(lo <= sp && sp < hi) {
+                continue;
+            }
+            match found {
+                Some(other) if other != key => return None,
+                _ => found = Some(key),
+            }
+        }
+        found
+    }
+
     /// Asks the writer thread to find `tp`'s stack. Best effort; async-signal-safe.
     pub fn request(&self, tp: u64, sp: u64) {
         for i in 0..REQUEST_SLOTS {

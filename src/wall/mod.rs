@@ -43,7 +43,7 @@ use crate::format::{SampleContext, ThreadState, WallLooks};
 use crate::in_program::fd::GuardedFd;
 use crate::sampler::handler::{record_other_thread, walk_other_thread};
 use crate::sampler::runnable_debts;
-use crate::unwind::Registers;
+use crate::unwind::{Registers, THREAD_STACKS};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
 use std::os::fd::OwnedFd;
@@ -285,6 +285,8 @@ struct Walked {
     cpu_ns: u64,
     frames: Vec<u64>,
     context: SampleContext,
+    /// Its label set's number then (0: none).
+    label: u32,
 }
 
 /// What the sampler keeps per thread.
@@ -504,7 +506,7 @@ impl Looker {
             // (or has just been woken and waits for a CPU). One clock read, no file read.
             if let Some(w) = tracked.walked.as_ref().filter(|w| w.cpu_ns == cpu_ns) {
                 self.stats.reused += 1;
-                record_other_thread(&w.frames, w.context, weight);
+                record_other_thread(&w.frames, w.context, weight, w.label);
                 tracked.runnable.was_blocked = true;
                 return;
             }
@@ -520,22 +522,28 @@ impl Looker {
             let context = SampleContext { tid: tid as u32, state };
             self.stats.walks += 1;
             let n = walk_other_thread(regs, &mut self.frames);
+            // Its labels, found from its stack (the registry knows the thread pointer of
+            // threads started under libcpuprof.so, and of those sampled on the CPU).
+            let label = THREAD_STACKS
+                .thread_at(regs.sp)
+                .map_or(0, crate::labels::of_blocked_thread);
             // The walk read a consistent stack only if the thread did not run meanwhile.
             let unchanged = thread_cpu_ns(tid) == Some(cpu_ns) && self.still_there(tid, tracked, &evidence);
             if unchanged && n > 0 {
-                record_other_thread(&self.frames[..n], context, weight);
+                record_other_thread(&self.frames[..n], context, weight, label);
                 self.note_switch_sample(&evidence, state);
                 tracked.runnable.was_blocked = true;
                 tracked.walked = Some(Walked {
                     cpu_ns,
                     frames: self.frames[..n].to_vec(),
                     context,
+                    label,
                 });
                 return;
             }
             if attempt + 1 == WALK_ATTEMPTS {
                 self.stats.torn += 1;
-                record_other_thread(&[regs.pc], context, weight);
+                record_other_thread(&[regs.pc], context, weight, label);
                 self.note_switch_sample(&evidence, state);
             }
         }
@@ -717,7 +725,7 @@ impl Looker {
                     state: ThreadState::Runnable,
                     ..w.context
                 };
-                record_other_thread(&w.frames, context, periods);
+                record_other_thread(&w.frames, context, periods, w.label);
             }
             _ => {
                 if !runnable_debts::owe(tid as u32, periods) {

@@ -6,11 +6,14 @@
  * Arguments: CPU seconds per thread (default 2), threads (default 1), and `stress`: instead,
  * switch between three sets (and none) in a tight loop, with a fourth set interned but never
  * installed; or `b-grows`: each /b request also calls validate() 3 times (a new cost under /b
- * only, for `cpuprof diff --by endpoint`). Prints the requests served (stress: the switches). */
+ * only, for `cpuprof diff --by endpoint`); or `sleepy`: 400 rounds of 3 ms asleep under /a
+ * and ~1 ms of work under /b (for wall-clock profiles: the off-CPU time keeps its labels).
+ * Prints the requests served (stress: the switches). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cpu_deadline.h"
 #include "cpuprof.h"
@@ -54,6 +57,21 @@ static void *worker(void *arg) {
   return (void *)requests;
 }
 
+/* Sleeps 3 ms labelled /a, works ~1 ms labelled /b, 400 times. */
+static void *sleepy(void *arg) {
+  (void)arg;
+  long requests = 0;
+  for (int round = 0; round < 400; round++) {
+    const CpuprofLabels *before = CpuprofLabelsSwap(set_a);
+    usleep(3000);
+    CpuprofLabelsSwap(set_b);
+    for (int k = 0; k < 100; k++) serve();
+    CpuprofLabelsSwap(before);
+    requests += 2;
+  }
+  return (void *)requests;
+}
+
 /* Switches sets as fast as it can, until its CPU time is up. */
 static void *stress(void *arg) {
   (void)arg;
@@ -84,6 +102,7 @@ int main(int argc, char **argv) {
   if (!set_a || !set_b || !set_c || set_a == set_b || CpuprofLabelsIntern(a, 1) != set_a) return 2;
   if (!CpuprofLabelsIntern(never, 1) || CpuprofLabelsIntern(a, -1) != NULL) return 2;
   void *(*run)(void *) = argc > 3 && !strcmp(argv[3], "stress") ? stress : worker;
+  if (argc > 3 && !strcmp(argv[3], "sleepy")) run = sleepy;
   b_grows = argc > 3 && !strcmp(argv[3], "b-grows");
   pthread_t t[64];
   if (threads < 1 || threads > 64) return 2;
