@@ -185,6 +185,11 @@ fn unreadable() -> u32 {
     0
 }
 
+/// Whether custom labels are read ([`discover`] found them).
+pub(super) fn reading() -> bool {
+    SLOT_OFFSET.load(Ordering::Relaxed) != 0
+}
+
 /// Samples recorded without their custom labels, which could not be read.
 pub fn unreadable_samples() -> u64 {
     UNREADABLE.load(Ordering::Relaxed)

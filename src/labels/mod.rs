@@ -228,6 +228,11 @@ pub fn keep_trace(trace_id: &str, n: u64) -> bool {
     hash % n.max(1) == 0
 }
 
+/// Whether any thread may have labels: a set was interned, or custom labels are read.
+pub(crate) fn in_use() -> bool {
+    !BY_ID[1].load(Ordering::Relaxed).is_null() || custom_labels::reading()
+}
+
 /// The number of the labels of another thread of the process, blocked, whose thread pointer
 /// is `tp`: its cpuprof set, or else its custom-labels set; 0 for none. Reads its memory
 /// through `/proc/self/mem` (the thread may have exited: a number that names no set is none).

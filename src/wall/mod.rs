@@ -523,10 +523,14 @@ impl Looker {
             self.stats.walks += 1;
             let n = walk_other_thread(regs, &mut self.frames);
             // Its labels, found from its stack (the registry knows the thread pointer of
-            // threads started under libcpuprof.so, and of those sampled on the CPU).
-            let label = THREAD_STACKS
-                .thread_at(regs.sp)
-                .map_or(0, crate::labels::of_blocked_thread);
+            // threads started under libcpuprof.so, and of those sampled on the CPU); nothing
+            // is looked up in a process that has none.
+            let label = match crate::labels::in_use() {
+                true => THREAD_STACKS
+                    .thread_at(regs.sp)
+                    .map_or(0, crate::labels::of_blocked_thread),
+                false => 0,
+            };
             // The walk read a consistent stack only if the thread did not run meanwhile.
             let unchanged = thread_cpu_ns(tid) == Some(cpu_ns) && self.still_there(tid, tracked, &evidence);
             if unchanged && n > 0 {
