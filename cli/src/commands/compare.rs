@@ -82,14 +82,7 @@ pub fn diff(a: DiffArgs) -> Result<u8> {
             };
             let (before, after) = (seen_with(&first, units_a, &group), seen_with(&second, units_b, &group));
             check(&before, &after, (base, new))?;
-            let header = format!(
-                "{} ({}) -> {} ({}){}",
-                base.display(),
-                before.describe(),
-                new.display(),
-                after.describe(),
-                tick_note(&after, tick_us)
-            );
+            let header = pair_header((base, &before), (new, &after), tick_us);
             let report = diffing::compare(&before, &after, header, criteria.units.is_some(), opts);
             println!("{}", report.render(opts));
             status = status.max(exit_status(&report, &criteria.fail_on));
@@ -130,19 +123,24 @@ pub fn diff(a: DiffArgs) -> Result<u8> {
             let (units_a, units_b) = criteria.units.unwrap_or((1.0, 1.0));
             let (before, after) = (summary(&base, units_a)?, summary(&new, units_b)?);
             check(&before, &after, (&base, &new))?;
-            let header = format!(
-                "{} ({}) -> {} ({}){}",
-                base.display(),
-                before.describe(),
-                new.display(),
-                after.describe(),
-                tick_note(&after, tick_us)
-            );
+            let header = pair_header((&base, &before), (&new, &after), tick_us);
             diffing::compare(&before, &after, header, criteria.units.is_some(), opts)
         }
     };
     print!("{}", report.render(opts));
     Ok(exit_status(&report, &criteria.fail_on))
+}
+
+/// The heading of a diff of two profiles: each with what it holds, and the tick.
+fn pair_header(before: (&Path, &diffing::Summary), after: (&Path, &diffing::Summary), tick_us: u64) -> String {
+    format!(
+        "{} ({}) -> {} ({}){}",
+        before.0.display(),
+        before.1.describe(),
+        after.0.display(),
+        after.1.describe(),
+        tick_note(after.1, tick_us)
+    )
 }
 
 /// The values of label `key` in `profiles`, most samples first (over both), then `None` if
