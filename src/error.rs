@@ -50,6 +50,10 @@ pub enum Error {
     /// A profile could not be read back (for a [`Report`](crate::Report)): the reader's
     /// message.
     Read(String),
+    /// The event of an event profile cannot be counted here: a name or period cpuprof does
+    /// not take, no hardware counters for it (most virtual machines), or `perf_event_open`
+    /// refused. The message says which, naming the event.
+    Event(String),
 }
 
 impl fmt::Display for Error {
@@ -63,6 +67,7 @@ impl fmt::Display for Error {
             Error::Timer(e) => write!(f, "cannot arm the profiling timer: {e}"),
             Error::Spawn(e) => write!(f, "cannot start the profile writer thread: {e}"),
             Error::Read(e) => write!(f, "cannot read the profile: {e}"),
+            Error::Event(e) => write!(f, "cannot profile {e}"),
             Error::ForkedChild { path } => {
                 write!(
                     f,

@@ -115,6 +115,25 @@ impl ProfilerBuilder {
         self
     }
 
+    /// An event profile (`CPUPROFILE_EVENT`, `CPUPROFILE_EVENT_PERIOD`): a sample every
+    /// `period` occurrences (`None`: the event's default) of the hardware or software event
+    /// `name` in each thread, as `perf list` names them (`cycles`, `instructions`,
+    /// `cache-misses`, `page-faults`, `context-switches`, ...) or a raw code `rNNNN`, instead
+    /// of CPU time. `start` fails with [`Error::Event`] and the reason when the name is
+    /// unknown or the machine cannot count the event (most virtual machines have no hardware
+    /// counters; the software events work everywhere perf events do).
+    pub fn event(mut self, name: &str, period: Option<u64>) -> Self {
+        let period = period.map(|p| p.to_string());
+        match crate::sampler::events::parse(name, period.as_deref()) {
+            Ok(event) => {
+                self.options.event = Some(event);
+                self.options.event_refused = None;
+            }
+            Err(why) => self.options.event_refused = Some(format!("event {name}: {why}")),
+        }
+        self
+    }
+
     /// Takes a wall-clock profile of every thread into `path` beside the CPU profile `start`
     /// writes, in the same run (`CPUPROFILE` with `CPUPROFILE_WALL`), at `hz` samples per
     /// second of wall time (1 to 1000).

@@ -309,7 +309,7 @@ pub fn heap_pprof<'a>(
     mut build_id: impl FnMut(&str) -> String,
 ) -> Pprof {
     let mut pprof = Pprof {
-        kind: "space",
+        kind: "space".into(),
         values: HeapValue::ALL
             .iter()
             .map(|v| (v.name(), if v.is_bytes() { "bytes" } else { "count" }))

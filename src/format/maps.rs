@@ -3,6 +3,7 @@
 //! offset, and with which build-id.
 
 use super::build_id;
+use super::event::EventLine;
 use super::process::ProcessLine;
 use super::sample_context::SampleContexts;
 use super::sample_labels::SampleLabels;
@@ -61,6 +62,9 @@ pub struct Maps {
     pub contexts: SampleContexts,
     /// The label sets of labelled records (`super::sample_labels`).
     pub labels: SampleLabels,
+    /// Event profiles: the event the samples count and the events per sample, from an
+    /// `# event` line; `None` for CPU-time profiles.
+    pub event: Option<EventLine>,
 }
 
 impl Maps {
@@ -103,6 +107,7 @@ impl Maps {
         let mut wall_looks = None;
         let mut contexts = SampleContexts::default();
         let mut labels = SampleLabels::default();
+        let mut event = None;
         for line in text.lines() {
             if let Some(path) = line.trim_start().strip_prefix("build=") {
                 build = Some(path.trim().to_string());
@@ -122,6 +127,10 @@ impl Maps {
             }
             if let Some(looks) = WallLooks::parse_line(line) {
                 wall_looks = wall_looks.or(Some(looks));
+                continue;
+            }
+            if let Some(line) = EventLine::parse_line(line) {
+                event = event.or(Some(line));
                 continue;
             }
             if contexts.parse_line(line) || labels.parse_line(line) {
@@ -148,6 +157,7 @@ impl Maps {
             wall_looks,
             contexts,
             labels,
+            event,
         }
     }
 

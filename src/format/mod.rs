@@ -43,6 +43,7 @@
 
 pub mod build_id;
 pub mod database;
+pub mod event;
 pub mod fast_hash;
 pub mod heap;
 pub mod interner;
@@ -56,6 +57,7 @@ pub mod signal_weights;
 pub mod wall_looks;
 pub mod writer;
 
+pub use event::EventLine;
 pub use fast_hash::FastHash;
 pub use interner::Interner;
 pub use maps::{MapEntry, Maps};

@@ -112,11 +112,15 @@ pub enum LabelValue {
 /// ```
 #[derive(Clone, Debug, Default)]
 pub struct Pprof {
-    /// The second sample type and the period's: `cpu` (the default when empty) or `wall`; for
-    /// a profile with its own [`Pprof::values`], the period's type (`space` for heap profiles).
-    pub kind: &'static str,
-    /// Sampling period in nanoseconds; for a profile with its own [`Pprof::values`], in the
-    /// unit of its last value type (bytes for heap profiles).
+    /// The second sample type and the period's: `cpu` (the default when empty) or `wall`, or
+    /// an event profile's event (`page-faults`); for a profile with its own
+    /// [`Pprof::values`], the period's type (`space` for heap profiles).
+    pub kind: String,
+    /// The unit of the second sample type and the period: `nanoseconds` when empty, `count`
+    /// for an event profile.
+    pub unit: &'static str,
+    /// Sampling period in nanoseconds; in events for an event profile; for a profile with its
+    /// own [`Pprof::values`], in the unit of its last value type (bytes for heap profiles).
     pub period_ns: u64,
     /// The sample types (type, unit) of a profile that is neither CPU nor wall-clock, whose
     /// samples carry [`Sample::values`]; the last is the readers' default. Empty for CPU and
@@ -161,12 +165,15 @@ impl Pprof {
         mut build_id: impl FnMut(&str) -> String,
     ) -> Pprof {
         let wall = !profile.maps.contexts.cpu_profile && profile.samples.iter().any(|s| s.context.is_some());
+        let (kind, unit, period) = second_type(&profile.maps, wall, profile.period_us);
         let mut pprof = Pprof {
-            kind: if wall { "wall" } else { "cpu" },
-            period_ns: profile.period_us * 1000,
+            kind: kind.to_string(),
+            unit,
+            period_ns: period,
             ..Pprof::default()
         };
         pprof.comments.extend(process_comment(&profile.maps));
+        pprof.comments.extend(event_comment(&profile.maps));
         let mapping_of_entry;
         (pprof.mappings, mapping_of_entry) = mappings_of(&profile.maps, &mut build_id);
         let mut location_of_addr: HashMap<u64, usize> = HashMap::new();
@@ -209,10 +216,11 @@ impl Pprof {
     pub fn encode(&self) -> Vec<u8> {
         let mut strings = StringTable::default();
         let mut out = Vec::new();
-        let kind = if self.kind.is_empty() { "cpu" } else { self.kind };
+        let kind = if self.kind.is_empty() { "cpu" } else { &self.kind };
         let kind_unit = if self.values.is_empty() {
-            head_of_message(&mut out, &mut strings, &[("samples", "count"), (kind, "nanoseconds")]);
-            (strings.id(kind), strings.id("nanoseconds"))
+            let unit = if self.unit.is_empty() { "nanoseconds" } else { self.unit };
+            head_of_message(&mut out, &mut strings, &[("samples", "count"), (kind, unit)]);
+            (strings.id(kind), strings.id(unit))
         } else {
             head_of_message(&mut out, &mut strings, &self.values);
             let unit = self.values.last().map_or("count", |&(_, unit)| unit);
@@ -332,20 +340,16 @@ impl<'m, W: Write> PprofWriter<'m, W> {
         let (mappings, mapping_of_entry) = mappings_of(maps, &mut build_id);
         let mut strings = StringTable::default();
         let mut message = Vec::new();
-        let kind = if wall { "wall" } else { "cpu" };
-        head_of_message(
-            &mut message,
-            &mut strings,
-            &[("samples", "count"), (kind, "nanoseconds")],
-        );
-        let kind_unit = (strings.id(kind), strings.id("nanoseconds"));
+        let (kind, unit, period) = second_type(maps, wall, period_us);
+        head_of_message(&mut message, &mut strings, &[("samples", "count"), (kind, unit)]);
+        let kind_unit = (strings.id(kind), strings.id(unit));
         out.write_all(&message)?;
         Ok(PprofWriter {
             out,
             maps,
             wall,
-            period_ns: period_us * 1000,
-            comments: process_comment(maps).into_iter().collect(),
+            period_ns: period,
+            comments: process_comment(maps).into_iter().chain(event_comment(maps)).collect(),
             strings,
             kind_unit,
             mappings,
@@ -495,6 +499,23 @@ impl<'m, W: Write> PprofWriter<'m, W> {
         self.out.write_all(&out)?;
         Ok(self.out)
     }
+}
+
+/// The second sample type of a legacy profile with `maps` and header period `period_us`, its
+/// unit, and what one sample stands for in it: CPU or wall time in nanoseconds, or an event
+/// profile's events (`super::event`).
+fn second_type(maps: &Maps, wall: bool, period_us: u64) -> (&str, &'static str, u64) {
+    match &maps.event {
+        Some(event) => (&event.name, "count", event.period),
+        None => (if wall { "wall" } else { "cpu" }, "nanoseconds", period_us * 1000),
+    }
+}
+
+/// An event profile's event, as a comment (`go tool pprof -comments`).
+fn event_comment(maps: &Maps) -> Option<String> {
+    maps.event
+        .as_ref()
+        .map(|e| format!("event {}: a sample every {} events", e.name, e.period))
 }
 
 /// The executable mappings of `maps`, with the build-id recorded for each or else the one

@@ -5,6 +5,7 @@ use super::request::{query_param, Request, Response};
 use crate::error::Error;
 use crate::format::pprof::{Frame, Pprof};
 use crate::format::Profile;
+use crate::sampler::events::Event;
 use crate::session::options::DEFAULT_MEMORY_LIMIT;
 use crate::session::{global, Options};
 use crate::symbolize::Symbolizer;
@@ -22,7 +23,6 @@ pub(crate) const MAX_SECONDS: u64 = 300;
 /// Profiles other programs ask for that cpuprof does not take.
 const UNSUPPORTED: &[&str] = &[
     "/pprof/contention",
-    "/pprof/pmuprofile",
     "/debug/pprof/block",
     "/debug/pprof/mutex",
     "/debug/pprof/goroutine",
@@ -38,16 +38,21 @@ pub(crate) fn handle(req: &Request, client_gone: ClientWatch) -> Response {
         (_, path) if UNSUPPORTED.contains(&path) => Response::text(
             501,
             format!(
-                "{path}: not supported; cpuprof takes CPU and heap profiles (/pprof/profile, /pprof/heap, \
-                 /pprof/growth, /debug/pprof/profile, /debug/pprof/heap, /debug/pprof/allocs)"
+                "{path}: not supported; cpuprof takes CPU, event and heap profiles (/pprof/profile, \
+                 /pprof/pmuprofile, /pprof/heap, /pprof/growth, /debug/pprof/profile, /debug/pprof/heap, \
+                 /debug/pprof/allocs)"
             ),
         ),
         ("GET", "/pprof/heap") => super::heap::text(),
         ("GET", "/pprof/growth") => super::heap::growth(),
         ("GET", "/debug/pprof/heap") => super::heap::protobuf(req, false, client_gone),
         ("GET", "/debug/pprof/allocs") => super::heap::protobuf(req, true, client_gone),
-        ("GET", "/pprof/profile") => profile(req, Encoding::Legacy, client_gone),
-        ("GET", "/debug/pprof/profile") => profile(req, Encoding::Protobuf, client_gone),
+        ("GET", "/pprof/profile") => profile(req, Encoding::Legacy, None, client_gone),
+        ("GET", "/debug/pprof/profile") => profile(req, Encoding::Protobuf, None, client_gone),
+        ("GET", "/pprof/pmuprofile") => match event_of(req) {
+            Ok(event) => profile(req, Encoding::Legacy, Some(event), client_gone),
+            Err(message) => Response::text(400, message),
+        },
         // go tool pprof asks `<profile URL>/../symbol` for names of mappings the profile has none
         // for: `/debug/pprof/symbol` after `/debug/pprof/profile`. (Not GET with addresses in
         // the query, as Go's own handler also takes: google-pprof's URLs put the user's
@@ -58,6 +63,7 @@ pub(crate) fn handle(req: &Request, client_gone: ClientWatch) -> Response {
         (
             _,
             "/pprof/profile"
+            | "/pprof/pmuprofile"
             | "/debug/pprof/profile"
             | "/pprof/cmdline"
             | "/pprof/heap"
@@ -70,6 +76,7 @@ pub(crate) fn handle(req: &Request, client_gone: ClientWatch) -> Response {
             404,
             format!(
                 "{path}: no such endpoint; try /pprof/profile?seconds=N, /debug/pprof/profile?seconds=N, \
+                 /pprof/pmuprofile?event=NAME&period=N&seconds=N, \
                  /pprof/heap, /pprof/growth, /debug/pprof/heap, /debug/pprof/allocs, /pprof/symbol, \
                  /debug/pprof/symbol, /pprof/cmdline"
             ),
@@ -100,7 +107,20 @@ pub(crate) fn forget_in_flight() {
     PROFILING.store(false, Ordering::Release);
 }
 
-fn profile(req: &Request, encoding: Encoding, client_gone: ClientWatch) -> Response {
+/// The event of a `/pprof/pmuprofile?event=NAME&period=N` request (pprof's spelling allows
+/// `hw_event:unit_mask`; cpuprof takes perf's names and raw `rNNNN` codes).
+fn event_of(req: &Request) -> Result<Event, String> {
+    let Some(name) = query_param(&req.query, "event").filter(|n| !n.is_empty()) else {
+        return Err(format!(
+            "/pprof/pmuprofile needs ?event=NAME (one of {}), and takes &period=N and &seconds=N",
+            crate::sampler::events::known_names()
+        ));
+    };
+    crate::sampler::events::parse(name, query_param(&req.query, "period")).map_err(|why| format!("event={name}: {why}"))
+}
+
+/// A profile of `seconds` of CPU time or, with `event`, of that event, answered as `encoding`.
+fn profile(req: &Request, encoding: Encoding, event: Option<Event>, client_gone: ClientWatch) -> Response {
     let seconds = match parse_seconds(query_param(&req.query, "seconds")) {
         Ok(s) => s,
         Err(message) => return Response::text(400, message),
@@ -111,7 +131,7 @@ fn profile(req: &Request, encoding: Encoding, client_gone: ClientWatch) -> Respo
             "another profile request is being served; cpuprof takes one profile at a time, retry when it ends",
         );
     }
-    let result = take_profile(seconds, client_gone);
+    let result = take_profile(seconds, event, client_gone);
     PROFILING.store(false, Ordering::Release);
     let taken = match result {
         Ok(Some(taken)) => taken,
@@ -127,6 +147,9 @@ fn profile(req: &Request, encoding: Encoding, client_gone: ClientWatch) -> Respo
                 ),
             )
         }
+        // The event cannot be counted here (no hardware counters, perf_event_open refused):
+        // the request asked for what this machine cannot give.
+        Err(e @ Error::Event(_)) => return Response::text(422, format!("{e}")),
         Err(e) => return Response::text(500, format!("cannot take a profile: {e}")),
     };
     match encoding {
@@ -163,10 +186,13 @@ struct Taken {
 /// Profiles the whole process for `seconds`, in memory (no file is created), and returns the
 /// profile's bytes; `None` when the client hung up first: the profile is stopped at once, so
 /// the next request need not wait for a profile nobody will read.
-fn take_profile(seconds: u64, client_gone: ClientWatch) -> Result<Option<Taken>, Error> {
+fn take_profile(seconds: u64, event: Option<Event>, client_gone: ClientWatch) -> Result<Option<Taken>, Error> {
     let options = Options {
         report_on_stderr: false,
         in_memory: Some(DEFAULT_MEMORY_LIMIT),
+        // What the request asks for, whatever CPUPROFILE_EVENT says.
+        event,
+        event_refused: None,
         ..Options::from_env(|k| std::env::var(k).ok())
     };
     let (started, clock) = (SystemTime::now(), Instant::now());
@@ -300,10 +326,18 @@ mod tests {
         assert_eq!(handle(&get("/pprof/symbol?seconds=2")).body, b"num_symbols: 1\n");
         let cmdline = String::from_utf8(handle(&get("/pprof/cmdline")).body).unwrap();
         assert!(cmdline.lines().next().is_some_and(|l| !l.is_empty()), "{cmdline}");
-        for path in ["/pprof/contention", "/pprof/pmuprofile"] {
-            let r = handle(&get(path));
-            assert_eq!(r.status, 501, "{path}");
-            assert!(String::from_utf8_lossy(&r.body).contains("not supported"));
+        let r = handle(&get("/pprof/contention"));
+        assert_eq!(r.status, 501);
+        assert!(String::from_utf8_lossy(&r.body).contains("not supported"));
+        for (query, says) in [
+            ("", "needs ?event=NAME"),
+            ("?event=hugs", "not an event cpuprof knows"),
+            ("?event=cycles&period=0", "period"),
+            ("?event=page-faults&seconds=0", "seconds"),
+        ] {
+            let r = handle(&get(&format!("/pprof/pmuprofile{query}")));
+            assert_eq!(r.status, 400, "{query}");
+            assert!(String::from_utf8_lossy(&r.body).contains(says), "{query}: {:?}", r.body);
         }
         assert_eq!(handle(&get("/nope")).status, 404);
         for path in ["/pprof/profile", "/debug/pprof/symbol"] {

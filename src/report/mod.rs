@@ -172,9 +172,16 @@ impl Report {
         self.profile.total_samples()
     }
 
-    /// The time one sample stands for: CPU time, or wall time in a wall-clock profile.
+    /// The time one sample stands for: CPU time, or wall time in a wall-clock profile
+    /// (meaningless in an event profile, whose samples stand for [`Report::event`]'s events).
     pub fn period(&self) -> Duration {
         Duration::from_micros(self.profile.period_us)
+    }
+
+    /// An event profile's event and the events one sample stands for
+    /// ([`ProfilerBuilder::event`](crate::ProfilerBuilder::event)); `None` for time profiles.
+    pub fn event(&self) -> Option<&crate::format::EventLine> {
+        self.profile.maps.event.as_ref()
     }
 
     /// What stopping the profile reported (samples taken, evictions, losses); `None` for a

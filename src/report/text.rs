@@ -13,12 +13,23 @@ pub fn write_top(out: &mut impl Write, report: &Report, n: usize) -> io::Result<
             100.0 * count as f64 / total as f64
         }
     };
-    let period_us = report.period().as_micros();
-    let seconds = total as f64 * period_us as f64 / 1e6;
-    writeln!(
-        out,
-        "Total: {total} samples ({seconds:.2} s at {period_us} us per sample)"
-    )?;
+    match report.event() {
+        Some(e) => writeln!(
+            out,
+            "Total: {total} samples ({} {} events at {} per sample)",
+            total.saturating_mul(e.period),
+            e.name,
+            e.period
+        )?,
+        None => {
+            let period_us = report.period().as_micros();
+            let seconds = total as f64 * period_us as f64 / 1e6;
+            writeln!(
+                out,
+                "Total: {total} samples ({seconds:.2} s at {period_us} us per sample)"
+            )?
+        }
+    }
     if let Some(lost) = report.summary().map(|s| s.lost).filter(|&lost| lost > 0) {
         writeln!(out, "Lost: {lost} samples could not be stored (see Summary::lost)")?;
     }

@@ -1,6 +1,7 @@
 //! Timers and the signal handler: the only code that runs in signal context.
 
 pub mod default_actions;
+pub mod events;
 pub mod handler;
 pub(crate) mod perf_event;
 pub mod runnable_debts;

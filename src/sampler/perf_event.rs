@@ -31,10 +31,16 @@
 //! Residual hazards, documented in docs/HOSTILE.md: `perf_event_open` briefly holds the lowest
 //! free number before the event moves up; a full real-time signal queue makes the kernel send
 //! `SIGIO` instead of our signal. This is why perf events are not the default timer.
+//!
+//! The same events count something other than CPU time in an event profile
+//! ([`count_events`], `CPUPROFILE_EVENT`): a hardware or software event of
+//! [`super::events`], each signal then weighed by the events the descriptor counted since the
+//! last one instead of by the thread's CPU clock.
 
+use super::events::Event;
 use std::ffi::c_int;
 use std::io;
-use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Most perf descriptors held at once (threads beyond it get POSIX CPU timers).
 pub const MAX_BUDGET: usize = 1024;
@@ -48,10 +54,51 @@ static BUDGET: AtomicUsize = AtomicUsize::new(0);
 static IDS: [AtomicU64; MAX_BUDGET] = [const { AtomicU64::new(0) }; MAX_BUDGET];
 /// For each slot: the thread CPU time (nanoseconds, kernel time included) that the samples
 /// taken through it so far account for; the thread's CPU time when the event was opened, at
-/// first.
+/// first. In an event profile: the events of its count that they account for, from 0.
 static ACCOUNTED: [AtomicU64; MAX_BUDGET] = [const { AtomicU64::new(0) }; MAX_BUDGET];
-/// The sampling period of the events, in nanoseconds.
-static PERIOD_NS: AtomicU64 = AtomicU64::new(0);
+/// The sampling period: nanoseconds of CPU time, or events in an event profile.
+static PERIOD: AtomicU64 = AtomicU64::new(0);
+/// An event profile's event (`perf_event_attr` type and config); [`COUNTS_EVENTS`] false: the
+/// `cpu-clock` timer.
+static COUNTS_EVENTS: AtomicBool = AtomicBool::new(false);
+static EVENT_KIND: AtomicU32 = AtomicU32::new(PERF_TYPE_SOFTWARE);
+static EVENT_CONFIG: AtomicU64 = AtomicU64::new(PERF_COUNT_SW_CPU_CLOCK);
+
+/// Makes the events opened from now on count `event` (an event profile) or, with `None`, CPU
+/// time (the `cpu-clock` timer). Set before any is opened, by the session's start.
+pub fn count_events(event: Option<&Event>) {
+    let (kind, config) = match event {
+        Some(e) => (e.kind, e.config),
+        None => (PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK),
+    };
+    EVENT_KIND.store(kind, Ordering::Relaxed);
+    EVENT_CONFIG.store(config, Ordering::Relaxed);
+    COUNTS_EVENTS.store(event.is_some(), Ordering::Release);
+}
+
+/// Whether the events count an event profile's event rather than CPU time.
+pub fn counts_events() -> bool {
+    COUNTS_EVENTS.load(Ordering::Acquire)
+}
+
+/// The count of the event `fd` (read(2) of a perf descriptor with no read format: one u64).
+/// Async-signal-safe.
+fn event_count(fd: c_int) -> Option<u64> {
+    let mut count: u64 = 0;
+    // SAFETY: reads 8 bytes into a local u64.
+    let n = unsafe { libc::read(fd, (&mut count as *mut u64).cast(), 8) };
+    (n == 8).then_some(count)
+}
+
+/// What the samples of the event `fd` account for now: its count in an event profile, else the
+/// calling thread's CPU time. Async-signal-safe.
+fn progress(fd: c_int) -> u64 {
+    if counts_events() {
+        event_count(fd).unwrap_or(0)
+    } else {
+        super::thread_accounts::thread_cpu_ns()
+    }
+}
 /// The `RLIMIT_NOFILE` soft limit when the budget was set.
 static LIMIT_AT_BUDGET: AtomicU64 = AtomicU64::new(u64::MAX);
 
@@ -154,21 +201,24 @@ pub fn is_ours(fd: c_int) -> bool {
     })
 }
 
-/// Opens an event for thread `tid` that signals it with `signal` every `period_ns` of its
-/// CPU time, at a descriptor in the budget; its samples account for the thread's CPU time
-/// from `accounted_from` (`None`: from now).
-pub fn open(tid: libc::pid_t, signal: c_int, period_ns: u64, accounted_from: Option<u64>) -> io::Result<c_int> {
+/// Opens an event for thread `tid` that signals it with `signal` every `period` of its
+/// CPU time (nanoseconds) or, in an event profile, of the events it counts, at a descriptor in
+/// the budget; its samples account for the thread's CPU time from `accounted_from` (`None`:
+/// from now; an event's count always starts at 0).
+pub fn open(tid: libc::pid_t, signal: c_int, period: u64, accounted_from: Option<u64>) -> io::Result<c_int> {
+    let counts_events = counts_events();
     let attr = PerfEventAttr {
-        kind: PERF_TYPE_SOFTWARE,
+        kind: EVENT_KIND.load(Ordering::Relaxed),
         size: std::mem::size_of::<PerfEventAttr>() as u32,
-        config: PERF_COUNT_SW_CPU_CLOCK,
+        config: EVENT_CONFIG.load(Ordering::Relaxed),
         // The first interval is random within one period, so threads shorter than a period
         // are sampled in proportion to their length; later ones are jittered by the handler.
-        sample_period: 1 + super::thread_timers::random_below(period_ns),
-        // User time only: an overflow while the thread is in the kernel would queue a signal
-        // that an `execve` in progress carries into the new program, which dies of it. In
-        // user mode the signal is delivered at once, on the interrupt's return.
-        // Kernel time is still counted: the event's count includes it (see `rearm_and_weigh`).
+        sample_period: 1 + super::thread_timers::random_below(period),
+        // User mode only: an overflow while the thread is in the kernel would queue a signal
+        // that an `execve` in progress carries into the new program, which dies of it (and
+        // one sent to a thread going to sleep wakes it: EINTR, see `super::events`). In user
+        // mode the signal is delivered at once, on the interrupt's return. Kernel time is
+        // still in the samples: the thread's CPU clock includes it (see `rearm_and_weigh`).
         flags: ATTR_DISABLED | ATTR_EXCLUDE_KERNEL | ATTR_EXCLUDE_HV,
         wakeup_events: 1,
         ..Default::default()
@@ -210,14 +260,19 @@ pub fn open(tid: libc::pid_t, signal: c_int, period_ns: u64, accounted_from: Opt
         };
         // Samples account for the thread's CPU time from `accounted_from`, or from now on;
         // recorded before the event is enabled below.
-        let Some(from) = accounted_from.or_else(|| thread_cpu_ns_of(tid)) else {
+        let from = if counts_events {
+            Some(0)
+        } else {
+            accounted_from.or_else(|| thread_cpu_ns_of(tid))
+        };
+        let Some(from) = from else {
             let e = io::Error::last_os_error();
             libc::close(fd);
             return Err(e);
         };
         ACCOUNTED[s].store(from, Ordering::Relaxed);
         IDS[s].store(id, Ordering::Release);
-        PERIOD_NS.store(period_ns, Ordering::Relaxed);
+        PERIOD.store(period, Ordering::Relaxed);
         let owner = [F_OWNER_TID, tid];
         let setup = libc::fcntl(fd, F_SETOWN_EX, owner.as_ptr()) == 0
             && libc::fcntl(fd, F_SETSIG, signal) == 0
@@ -233,11 +288,12 @@ pub fn open(tid: libc::pid_t, signal: c_int, period_ns: u64, accounted_from: Opt
     }
 }
 
-/// The nanoseconds of the calling thread's CPU time that the signals of its event `fd` have
-/// not weighed yet (`rearm_and_weigh`), if `fd` is still ours: what a thread leaves at exit.
+/// The nanoseconds of the calling thread's CPU time (the events, in an event profile) that
+/// the signals of its event `fd` have not weighed yet (`rearm_and_weigh`), if `fd` is still
+/// ours: what a thread leaves at exit.
 pub fn unweighed(fd: c_int) -> Option<u64> {
     let s = slot(fd).filter(|_| is_ours(fd))?;
-    Some(super::thread_accounts::thread_cpu_ns().saturating_sub(ACCOUNTED[s].load(Ordering::Relaxed)))
+    Some(progress(fd).saturating_sub(ACCOUNTED[s].load(Ordering::Relaxed)))
 }
 
 /// The CPU time of thread `tid` of this process, in nanoseconds (its per-thread CPU clock,
@@ -288,8 +344,10 @@ pub fn close(fd: c_int) -> bool {
 /// and returns how many sampling periods of its thread's CPU time the sample stands for:
 /// the CPU time since the samples so far, kernel time included, in periods (with the
 /// remainder carried to the next sample, so intervals of any length add up exactly), 0 for a
-/// signal that came before half a period was left to account for. A descriptor that is not ours (`si_fd` of a signal that was in flight when the program
-/// closed our event and reused the number) is not touched: the sample counts once.
+/// signal that came before half a period was left to account for. In an event profile the
+/// same of the events the descriptor counted. A descriptor that is not ours (`si_fd` of a
+/// signal that was in flight when the program closed our event and reused the number) is not
+/// touched: the sample counts once.
 ///
 /// # Safety
 /// Async-signal-safe; `fd` comes from the siginfo of a perf signal.
@@ -297,8 +355,8 @@ pub(super) unsafe fn rearm_and_weigh(fd: c_int) -> u64 {
     let Some(s) = slot(fd).filter(|_| is_ours(fd)) else {
         return 1;
     };
-    let now = super::thread_accounts::thread_cpu_ns();
-    let period = PERIOD_NS.load(Ordering::Relaxed);
+    let now = progress(fd);
+    let period = PERIOD.load(Ordering::Relaxed);
     // The event disabled itself at its overflow, so the new interval takes effect on REFRESH
     // without touching a running timer.
     let next = super::thread_timers::jittered(period.max(2));
@@ -320,7 +378,7 @@ pub(super) unsafe fn rearm_and_weigh(fd: c_int) -> u64 {
 // perf_event_open(2) constants and the attribute layout (PERF_ATTR_SIZE_VER5), which the libc
 // crate does not provide for glibc.
 pub(crate) const PERF_TYPE_SOFTWARE: u32 = 1;
-const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
+pub(crate) const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
 pub(crate) const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 const ATTR_DISABLED: u64 = 1 << 0;
 const ATTR_EXCLUDE_KERNEL: u64 = 1 << 5;

@@ -505,7 +505,7 @@ impl Timers {
                 Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return,
                 // F_DUPFD into the budget fails (EINVAL, or EMFILE) once the program has lowered
                 // its limit under it: say so, by the limit, each time it goes lower.
-                Err(_) if perf_event::lowered_limit().is_some() => {
+                Err(_) if !perf_event::counts_events() && perf_event::lowered_limit().is_some() => {
                     let lowered = perf_event::lowered_limit().unwrap();
                     self.limit_fallbacks += 1;
                     self.fell_back.insert(tid);
@@ -519,9 +519,21 @@ impl Timers {
                 }
                 Err(e) if !self.perf_refusal_said => {
                     self.perf_refusal_said = true;
-                    crate::say!("cpuprof: no perf event for thread {tid} ({e}); such threads get POSIX CPU timers");
+                    if perf_event::counts_events() {
+                        crate::say!("cpuprof: no perf event for thread {tid} ({e}); such threads are not sampled");
+                    } else {
+                        crate::say!("cpuprof: no perf event for thread {tid} ({e}); such threads get POSIX CPU timers");
+                    }
                 }
                 Err(_) => {}
+            }
+            if perf_event::counts_events() {
+                // A CPU timer would mix CPU time into a profile of events: the thread goes
+                // unsampled, counted and reported at stop.
+                if self.unarmed.insert(tid) {
+                    self.unsampled += 1;
+                }
+                return;
             }
         }
         let cpu_before = thread_accounts::thread_cpu_ns();

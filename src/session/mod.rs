@@ -113,6 +113,12 @@ fn check_options(path: &Path, options: &Options, source: SampleSource) -> Result
             "wall-clock profiling needs per-thread timers, which are unavailable",
         )));
     }
+    if let Some(event) = options.event.as_ref().filter(|_| wall || options.epochs.is_some()) {
+        return Err(Error::Event(format!(
+            "event {}: an event profile is one profile of events: no wall-clock profile, no database of epochs",
+            event.name
+        )));
+    }
     if options.epochs.is_some() && options.wall_beside.is_some() {
         return Err(Error::Open {
             path: path.to_path_buf(),

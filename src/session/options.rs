@@ -1,5 +1,6 @@
 //! Profiling options, and how the gperftools environment variables map onto them.
 
+use crate::sampler::events::Event;
 use crate::sampler::{Clock, ThreadFilter, UnwinderChoice};
 use crate::table::TableConfig;
 use crate::writer::epochs::EpochOptions;
@@ -64,6 +65,13 @@ pub struct Options {
     /// How often the file is made a complete profile of everything sampled so far
     /// (`CPUPROFILE_CHECKPOINT`, seconds; `None`: only when it ends). See `writer`.
     pub checkpoint: Option<std::time::Duration>,
+    /// An event profile (`CPUPROFILE_EVENT`, `/pprof/pmuprofile`): samples every `period`
+    /// occurrences of a hardware or software event instead of CPU time, by a perf event per
+    /// thread.
+    pub event: Option<Event>,
+    /// Why the event asked for in the environment cannot be profiled (an unknown name, a bad
+    /// period): the start then fails with it rather than profile CPU time instead.
+    pub event_refused: Option<String>,
 }
 
 /// The default interval between checkpoints: what a process killed by SIGKILL loses at most.
@@ -102,6 +110,8 @@ impl Default for Options {
             in_memory: None,
             follow_forks: true,
             checkpoint: Some(DEFAULT_CHECKPOINT),
+            event: None,
+            event_refused: None,
         }
     }
 }
@@ -163,6 +173,12 @@ impl Options {
                 ),
             }
         }
+        if let Some(name) = var("CPUPROFILE_EVENT").filter(|n| !n.trim().is_empty()) {
+            match crate::sampler::events::parse(&name, var("CPUPROFILE_EVENT_PERIOD").as_deref()) {
+                Ok(event) => o.event = Some(event),
+                Err(why) => o.event_refused = Some(format!("CPUPROFILE_EVENT={name}: {why}")),
+            }
+        }
         if let Some(name) = var("CPUPROFILE_UNWINDER") {
             match parse_unwinder(&name) {
                 Some(u) => o.unwinder = u,
@@ -172,8 +188,22 @@ impl Options {
         o
     }
 
+    /// The period a profile's header records: microseconds per sample, or in an event
+    /// profile events per sample (`format::event`).
     pub fn period_us(&self) -> u64 {
-        crate::format::period_us_for_frequency(self.frequency)
+        match &self.event {
+            Some(event) => event.period,
+            None => crate::format::period_us_for_frequency(self.frequency),
+        }
+    }
+
+    /// The period of per-thread timers: nanoseconds of CPU time per sample, or in an event
+    /// profile events per sample.
+    pub fn thread_period(&self) -> u64 {
+        match &self.event {
+            Some(event) => event.period,
+            None => 1_000_000_000 / u64::from(self.frequency.max(1)),
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 
 use super::options::{Options, TimerChoice};
 use crate::error::Error;
+use crate::sampler::events::Event;
 use crate::sampler::signals;
 use crate::sampler::thread_timers::{self, ThreadTimerKind};
 use crate::sampler::{on_profiling_signal, timer, Clock, SampleSource};
@@ -13,10 +14,17 @@ pub fn choose(options: &Options) -> Result<(SampleSource, c_int), Error> {
         signals::install(clock.signal(), on_profiling_signal).map_err(Error::Signal)?;
         Ok((SampleSource::ProcessTimer(clock), clock.signal()))
     };
+    if let Some(why) = &options.event_refused {
+        return Err(Error::Event(why.clone()));
+    }
+    crate::sampler::perf_event::count_events(options.event.as_ref());
+    if let Some(event) = &options.event {
+        return choose_for_event(options, event);
+    }
     if options.clock == Clock::Real || options.timer == TimerChoice::Itimer {
         return process_timer(options.clock);
     }
-    let period_ns = 1_000_000_000 / u64::from(options.frequency.max(1));
+    let period_ns = options.thread_period();
     // POSIX CPU timers unless perf events are asked for by name: they need no descriptors, have
     // no SIGIO fallback, pass the usual seccomp filters and charge kernel time to its caller
     // (docs/DESIGN.md, "Timers").
@@ -60,14 +68,47 @@ pub fn choose(options: &Options) -> Result<(SampleSource, c_int), Error> {
     process_timer(Clock::ProcessCpu)
 }
 
+/// An event profile: perf events on every thread, with no fallback (a CPU timer would count
+/// something else); a start that cannot have them fails with the reason.
+fn choose_for_event(options: &Options, event: &Event) -> Result<(SampleSource, c_int), Error> {
+    let refuse = |why: String| Err(Error::Event(format!("event {}: {why}", event.name)));
+    if options.clock == Clock::Real || options.timer == TimerChoice::Itimer {
+        return refuse("an event profile counts events per thread, not time: no CPUPROFILE_REALTIME or itimer".into());
+    }
+    let signal = match options.timer_signal {
+        Some(signal) => signals::install(signal, on_profiling_signal)
+            .map(|()| signal)
+            .map_err(Error::Signal)?,
+        None => free_realtime_signal(libc::SIGRTMAX() + 1)?,
+    };
+    match thread_timers::probe(ThreadTimerKind::Perf, signal, event.period) {
+        Ok(()) => Ok((SampleSource::ThreadTimers(ThreadTimerKind::Perf), signal)),
+        Err(e) => refuse(explain_event_refusal(event, &e)),
+    }
+}
+
+/// Why `perf_event_open` refused `event`, in words a user can act on.
+fn explain_event_refusal(event: &Event, e: &std::io::Error) -> String {
+    let no_counters = matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EOPNOTSUPP | libc::ENODEV));
+    if event.is_hardware() && no_counters {
+        format!(
+            "this machine does not count it (perf_event_open: {e}): it has no hardware performance counters for it, as most \
+             virtual machines (perf stat -e {} says <not supported>); software events (page-faults, \
+             context-switches, cpu-migrations) still work",
+            event.name
+        )
+    } else if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) {
+        format!("perf_event_open is not allowed here ({e}): see /proc/sys/kernel/perf_event_paranoid")
+    } else {
+        format!("perf_event_open refused it: {e}")
+    }
+}
+
 /// Arms the chosen source. `excluded`: threads never to sample (cpuprof's own).
 pub fn start(source: SampleSource, signal: c_int, options: &Options, excluded: Vec<libc::pid_t>) -> Result<(), Error> {
     match source {
         SampleSource::ProcessTimer(clock) => timer::start(clock, options.period_us()),
-        SampleSource::ThreadTimers(kind) => {
-            let period_ns = 1_000_000_000 / u64::from(options.frequency.max(1));
-            thread_timers::start(kind, signal, period_ns, excluded)
-        }
+        SampleSource::ThreadTimers(kind) => thread_timers::start(kind, signal, options.thread_period(), excluded),
     }
     .map_err(Error::Timer)
 }

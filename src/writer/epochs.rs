@@ -151,6 +151,8 @@ impl Database {
                 beside: None,
                 exec_trailer_at: None,
                 wall: false,
+                // Event profiles are not written into a database (`session::check_options`).
+                event: None,
             },
             ends,
             directory,

@@ -168,8 +168,9 @@ pub(crate) fn start_writer(
     match threadless {
         Some(threadless) => {
             threadless::publish(threadless);
-            if let SampleSource::ThreadTimers(_) = pending.source {
-                let period_ns = 1_000_000_000 / u64::from(options.frequency.max(1));
+            // Not in an event profile: the handler arms POSIX CPU timers, which count time.
+            if matches!(pending.source, SampleSource::ThreadTimers(_)) && options.event.is_none() {
+                let period_ns = options.thread_period();
                 sampler::unannounced::watch(pending.signal, period_ns, sampler::thread_timers::gettid());
             }
             *WAITING_WRITER.lock() = Some(pending);

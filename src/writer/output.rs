@@ -22,7 +22,7 @@ use super::profile::{ProfileOutput, TailRecords};
 use super::sink::OutputSink;
 use super::{failure_error, Finished};
 use crate::error::Error;
-use crate::format::SignalWeights;
+use crate::format::{EventLine, SignalWeights};
 use crate::sampler::SamplerState;
 use crate::session::Options;
 use std::io;
@@ -145,6 +145,10 @@ impl Output {
                 }
                 .map_err(open_error)?;
                 out.wall = options.wall;
+                out.event = options.event.as_ref().map(|e| EventLine {
+                    name: e.name.clone(),
+                    period: e.period,
+                });
                 if let Some(beside) = &options.wall_beside {
                     let period_us = 1_000_000 / u64::from(beside.frequency.max(1));
                     let mut wall_out =

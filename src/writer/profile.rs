@@ -8,7 +8,7 @@ use super::mappings::SeenMappings;
 use super::sink::OutputSink;
 use super::{threadless, Finished};
 use crate::format::writer::{encode_record, record_size};
-use crate::format::{ProcessLine, ProfileWriter, SignalWeights, SlotFormat, TRAILER};
+use crate::format::{EventLine, ProcessLine, ProfileWriter, SignalWeights, SlotFormat, TRAILER};
 use crate::in_program::procfs::read_self_maps;
 use crate::sampler::SamplerState;
 use std::io;
@@ -33,6 +33,8 @@ pub struct ProfileOutput {
     /// It holds a wall sampler's samples: its trailer says how many looks are missing
     /// (`# wall-looks`).
     pub(super) wall: bool,
+    /// An event profile's event (`# event`, after the maps).
+    pub(super) event: Option<EventLine>,
 }
 
 impl ProfileOutput {
@@ -50,6 +52,7 @@ impl ProfileOutput {
             beside: None,
             exec_trailer_at: None,
             wall: false,
+            event: None,
         })
     }
 
@@ -71,6 +74,7 @@ impl ProfileOutput {
             max_depth,
             summary,
             checkpoint,
+            self.event.as_ref().map(EventLine::line),
         )
     }
 
@@ -129,9 +133,15 @@ impl TailRecords {
 }
 
 /// What follows the trailer: the maps (with build-ids), the samples' signal weights, the
-/// process that wrote the profile, the records' contexts, and for a wall-clock profile
-/// (`wall`) the wall sampler's missing looks.
-fn trailer_text(mappings: &mut SeenMappings, weights: SignalWeights, contexts: &RecordContexts, wall: bool) -> Vec<u8> {
+/// process that wrote the profile, the records' contexts, for a wall-clock profile
+/// (`wall`) the wall sampler's missing looks, and for an event profile its event.
+fn trailer_text(
+    mappings: &mut SeenMappings,
+    weights: SignalWeights,
+    contexts: &RecordContexts,
+    wall: bool,
+    event: Option<&EventLine>,
+) -> Vec<u8> {
     let maps = read_self_maps();
     // The program may have closed or reused the descriptor since the last tick: read ELF
     // images through one that is ours, not through its file.
@@ -142,6 +152,9 @@ fn trailer_text(mappings: &mut SeenMappings, weights: SignalWeights, contexts: &
     text.extend_from_slice(process_line().as_bytes());
     if wall {
         text.extend_from_slice(crate::wall::looks_line().as_bytes());
+    }
+    if let Some(event) = event {
+        text.extend_from_slice(event.line().as_bytes());
     }
     text.extend_from_slice(&contexts.text());
     text
@@ -158,12 +171,16 @@ fn checkpoint_trailer_text(
     contexts: &RecordContexts,
     tail_runs: &[Run],
     wall: bool,
+    event: Option<&EventLine>,
 ) -> Vec<u8> {
     let mut text = mappings.complete(b"");
     text.extend_from_slice(weights.line().as_bytes());
     text.extend_from_slice(checkpoint_process_line().as_bytes());
     if wall {
         text.extend_from_slice(crate::wall::looks_line().as_bytes());
+    }
+    if let Some(event) = event {
+        text.extend_from_slice(event.line().as_bytes());
     }
     text.extend_from_slice(&contexts.text_with(tail_runs));
     text
@@ -220,13 +237,14 @@ impl ProfileOutput {
             beside,
             exec_trailer_at,
             wall,
+            event,
         } = self;
         debug_assert!(exec_trailer_at.is_none(), "taken back by Output::complete");
         // The last write: the held records and the trailer together, over the last tail.
         writer.get_mut().hold_records(false);
         let written = match error {
             Some(e) => Err(e),
-            None => writer.write_trailer(&trailer_text(&mut mappings, weights, &contexts, wall)),
+            None => writer.write_trailer(&trailer_text(&mut mappings, weights, &contexts, wall, event.as_ref())),
         };
         let file = writer.into_inner();
         let bytes = file.bytes_in_file();
@@ -257,6 +275,7 @@ impl ProfileOutput {
             state.signal_weights(),
             &self.contexts,
             self.wall,
+            self.event.as_ref(),
         ));
         Ok(bytes)
     }
@@ -292,7 +311,13 @@ impl ProfileOutput {
             return;
         };
         let written = self.writer.bytes_written();
-        let text = trailer_text(&mut self.mappings, weights, &self.contexts, self.wall);
+        let text = trailer_text(
+            &mut self.mappings,
+            weights,
+            &self.contexts,
+            self.wall,
+            self.event.as_ref(),
+        );
         match self.writer.write_trailer(&text) {
             Ok(()) => self.exec_trailer_at = Some((records_end, written)),
             Err(e) => self.error = Some(e),
@@ -369,6 +394,7 @@ impl ProfileOutput {
             &self.contexts,
             &records.runs,
             self.wall,
+            self.event.as_ref(),
         ));
         if let Err(e) = self.writer.get_mut().checkpoint(&tail) {
             self.error = Some(e);

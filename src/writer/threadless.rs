@@ -93,6 +93,8 @@ pub struct Threadless {
     /// process killed without warning leaves recent samples.
     next_harvest_ns: AtomicU64,
     harvest_interval_ns: AtomicU64,
+    /// An event profile's `# event` line (`format::event`), made beforehand; empty otherwise.
+    event_line: Box<[u8]>,
 }
 
 /// The first harvest's delay, and the longest interval between harvests (as the writer's).
@@ -152,6 +154,7 @@ impl Threadless {
         max_depth: usize,
         summary: bool,
         checkpoint: Option<std::time::Duration>,
+        event_line: Option<String>,
     ) -> Option<Box<Threadless>> {
         use std::os::unix::ffi::OsStrExt;
         Some(Box::new(Threadless {
@@ -176,6 +179,7 @@ impl Threadless {
             exec_trailer_at: AtomicU64::new(0),
             next_harvest_ns: AtomicU64::new(monotonic_ns() + FIRST_HARVEST_NS),
             harvest_interval_ns: AtomicU64::new(FIRST_HARVEST_NS),
+            event_line: event_line.unwrap_or_default().into_bytes().into_boxed_slice(),
         }))
     }
 }
@@ -608,7 +612,9 @@ impl Threadless {
         }
         let mut line = [0; crate::format::signal_weights::LINE_BYTES];
         let n = weights.write_line(&mut line);
-        self.write_whole(&line[..n]) && self.write_process_line(buffer)
+        self.write_whole(&line[..n])
+            && self.write_process_line(buffer)
+            && (self.event_line.is_empty() || self.write_whole(&self.event_line))
     }
 
     /// The `# process` line (`format::process`), from `/proc/self/cmdline` read into `buffer`,

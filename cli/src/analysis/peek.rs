@@ -72,13 +72,7 @@ fn render(stacks: &Stacks, re: &Regex, matching: &[bool], counts: &[Counts], edg
         .unwrap_or(0);
     let scale = Scale::for_table(stacks.unit, smallest, total);
     let mut out = match stacks.unit {
-        Unit::Samples => {
-            let seconds = total as f64 * stacks.period_us as f64 / 1e6;
-            format!(
-                "Total: {total} samples ({seconds:.2} s at {} us per sample)\n",
-                stacks.period_us
-            )
-        }
+        Unit::Samples => crate::render::text::total_line(total, stacks.period_us, stacks.event.as_ref()),
         unit => format!("{}Total: {} {}\n", heap_heading(unit), scale.label(total), unit.name()),
     };
     let v = |n: u64| scale.label(n);

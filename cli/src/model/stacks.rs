@@ -17,13 +17,16 @@ use crate::model::filters::{Filtering, Filters};
 use crate::model::unit::Unit;
 use crate::render::progress::Progress;
 use crate::symbols::{Locator, Symbolizer};
-use cpuprof::format::{FastHash, Interner, Maps, Profile, ReadContext, Scan, StateKind};
+use cpuprof::format::{EventLine, FastHash, Interner, Maps, Profile, ReadContext, Scan, StateKind};
 use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasher;
 
 pub struct Stacks {
-    /// Microseconds per sample (0 for a heap profile, whose counts are bytes or objects).
+    /// Microseconds per sample (0 for a heap profile, whose counts are bytes or objects); in
+    /// an event profile, events per sample.
     pub period_us: u64,
+    /// An event profile's event: the samples count it rather than CPU time.
+    pub event: Option<EventLine>,
     /// What the counts measure.
     pub unit: Unit,
     names: Interner,
@@ -214,6 +217,8 @@ impl Tally {
 /// What `top` shows: each function's flat and cumulative samples, and the total.
 pub struct Functions {
     pub period_us: u64,
+    /// An event profile's event: the samples count it rather than CPU time.
+    pub event: Option<EventLine>,
     /// What the counts measure.
     pub unit: Unit,
     /// All samples, those the filters dropped included (pprof's percentages are of these).
@@ -246,7 +251,7 @@ impl Functions {
         )?;
         // Thread labels of a CPU profile say nothing of states: every sample is on the CPU.
         let has_states = !outline.maps.contexts.is_empty() && !outline.maps.contexts.cpu_profile;
-        Ok(Functions::new(
+        let mut functions = Functions::new(
             outline.period_us,
             Unit::Samples,
             names,
@@ -254,7 +259,9 @@ impl Functions {
             removed,
             filters.active(),
             has_states,
-        ))
+        );
+        functions.event = outline.maps.event.clone();
+        Ok(functions)
     }
 
     fn new(
@@ -279,6 +286,7 @@ impl Functions {
             .unzip();
         Functions {
             period_us,
+            event: None,
             unit,
             total: tally.total.saturating_add(removed),
             kept: filtered.then_some(tally.total),
@@ -292,6 +300,7 @@ impl Stacks {
     pub fn new(period_us: u64) -> Stacks {
         Stacks {
             period_us,
+            event: None,
             unit: Unit::Samples,
             names: Interner::default(),
             frames: Vec::new(),
@@ -314,6 +323,7 @@ impl Stacks {
     /// [`Stacks::read`] of `source` (a file is read again, through a window).
     pub fn read_source(source: &Source, outline: &Scan, locator: &Locator, filters: &Filters) -> Result<Stacks> {
         let mut stacks = Stacks::new(outline.period_us);
+        stacks.event = outline.maps.event.clone();
         let mut names = std::mem::take(&mut stacks.names);
         stacks.removed = read_chains(source, outline, locator, filters, &mut names, |chain, count, _| {
             stacks.add(chain, count)
@@ -357,6 +367,7 @@ impl Stacks {
     /// The chains of a parsed profile, symbolised.
     pub fn symbolise(profile: &Profile, locator: &Locator) -> Stacks {
         let mut stacks = Stacks::new(profile.period_us);
+        stacks.event = profile.maps.event.clone();
         let mut addresses = Addresses::new(&profile.maps, locator);
         let mut progress = Progress::new("symbolising", profile.samples.len());
         let mut chain = Vec::new();
@@ -463,7 +474,7 @@ impl Stacks {
 
     /// The same, with the total, for `top`.
     pub fn functions(&self) -> Functions {
-        Functions::new(
+        let mut functions = Functions::new(
             self.period_us,
             self.unit,
             self.names.clone(),
@@ -471,7 +482,9 @@ impl Stacks {
             self.removed,
             self.filtered,
             false,
-        )
+        );
+        functions.event = self.event.clone();
+        functions
     }
 
     fn tally(&self) -> Tally {

@@ -6,10 +6,26 @@ use crate::model::stacks::{Functions, Stacks};
 use crate::model::unit::Unit;
 use crate::render::units::{self, Scale};
 use cpuprof::format::heap::{HeapCounts, HeapKind, HeapProfile};
-use cpuprof::format::Profile;
+use cpuprof::format::{EventLine, Profile};
 use std::collections::HashSet;
 use std::fmt::Write;
 use std::path::Path;
+
+/// The first line of a CPU or event profile's report: its samples and what they stand for.
+pub fn total_line(total: u64, period: u64, event: Option<&EventLine>) -> String {
+    match event {
+        Some(e) => format!(
+            "Total: {total} samples ({} {} events at {} per sample)\n",
+            total.saturating_mul(e.period),
+            e.name,
+            e.period
+        ),
+        None => format!(
+            "Total: {total} samples ({:.2} s at {period} us per sample)\n",
+            total as f64 * period as f64 / 1e6
+        ),
+    }
+}
 
 pub fn top(functions: &Functions, by_cum: bool, count: usize) -> String {
     let total = functions.total;
@@ -27,11 +43,7 @@ pub fn top(functions: &Functions, by_cum: bool, count: usize) -> String {
     if functions.unit != Unit::Samples {
         return heap_top(functions, &rows[..rows.len().min(count)]);
     }
-    let seconds = total as f64 * functions.period_us as f64 / 1e6;
-    let mut out = format!(
-        "Total: {total} samples ({seconds:.2} s at {} us per sample)\n",
-        functions.period_us
-    );
+    let mut out = total_line(total, functions.period_us, functions.event.as_ref());
     if let Some(kept) = functions.kept {
         let _ = writeln!(
             out,

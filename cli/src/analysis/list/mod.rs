@@ -265,11 +265,7 @@ pub fn list(
             .then_with(|| tally.functions.strings()[a as usize].cmp(&tally.functions.strings()[b as usize]))
     });
     let mut sources = Sources::new(args);
-    let seconds = tally.total as f64 * outline.period_us as f64 / 1e6;
-    let mut out = format!(
-        "Total: {} samples ({seconds:.2} s at {} us per sample)\n",
-        tally.total, outline.period_us
-    );
+    let mut out = crate::render::text::total_line(tally.total, outline.period_us, outline.maps.event.as_ref());
     for f in order {
         if args.disasm {
             disassembly(&mut tally, f, &mut out);
