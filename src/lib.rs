@@ -45,6 +45,7 @@
 #[doc(hidden)]
 pub mod arch;
 mod claim_pool;
+pub mod contention;
 // The one ELF reader, shared with the `cpuprof` command: not part of the API.
 #[doc(hidden)]
 pub mod elf;

@@ -133,7 +133,8 @@ fn many_profiles_and_hostile_requests_leave_the_program_alone() {
         ),
         // The endpoint samples the heap (issue 27): a heap profile, however often asked.
         (b"GET /pprof/heap HTTP/1.1\r\n\r\n".to_vec(), 200),
-        (b"GET /pprof/contention HTTP/1.1\r\n\r\n".to_vec(), 501),
+        (b"GET /debug/pprof/goroutine HTTP/1.1\r\n\r\n".to_vec(), 501),
+        (b"GET /pprof/contention?seconds=0 HTTP/1.1\r\n\r\n".to_vec(), 400),
         (b"GET /../../etc/passwd HTTP/1.1\r\n\r\n".to_vec(), 404),
     ];
     for round in 0..30 {

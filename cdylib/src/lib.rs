@@ -28,6 +28,7 @@
 //! `setfsgid`, `prctl(PR_SET_DUMPABLE, 0)`) first let a running wall-clock sampler keep what it
 //! will no longer be able to open (`cpuprof::wall::before_credential_change`).
 
+mod contention;
 mod heap;
 mod labels;
 
@@ -64,6 +65,7 @@ pub struct ProfilerState {
 #[ctor::ctor(unsafe)]
 fn load() {
     resolve_real_functions();
+    contention::resolve();
     // Who speaks on stderr, decided before anything is said (`in_program::messages`).
     messages::decide_from_env(|k| std::env::var(k).ok());
     // Before anything can sample or call ProfilerGetStackTrace: stack memory outside the
@@ -80,6 +82,7 @@ fn load() {
     heap::leave_out_own_code();
     heap::start_from_environment();
     cpuprof_core::http::serve_from_env();
+    contention::start_from_environment();
     // SAFETY: registers a plain function to run at exit.
     unsafe { libc::atexit(at_exit) };
 }
@@ -87,6 +90,7 @@ fn load() {
 extern "C" fn at_exit() {
     autostart::stop_at_exit();
     heap::stop_at_exit();
+    contention::stop_at_exit();
 }
 
 fn start(fname: *const c_char, options: Options) -> c_int {
@@ -536,6 +540,8 @@ variadic_exec!(execle, cpuprof_execle);
 // Not an exec, but C-variadic too: a thread made by glibc's clone wrapper starts a waiting
 // writer first, as pthread_create does (src/variadic.c).
 variadic_exec!(clone, cpuprof_clone);
+// C-variadic too: futex waits timed for the contention profile (src/variadic.c).
+variadic_exec!(syscall, cpuprof_syscall);
 
 unsafe extern "C" {
     fn cpuprof_set_before_thread_clone(hook: extern "C" fn());

@@ -10,6 +10,10 @@
  * the writer's poll then finds and arms it, where the signal handler, which looks for such
  * threads too, runs only while a thread already armed runs.
  *
+ * syscall: futex waits (`syscall(SYS_futex, ..., FUTEX_WAIT...)`, how Rust's std::sync and
+ * parking_lot block) are timed for the contention profile while one runs (contention.rs); every
+ * other call is passed on with its six argument registers, as glibc's syscall reads them.
+ *
  * The exported symbols are Rust naked functions that jump here (lib.rs): rustc exports only
  * Rust items from a cdylib. */
 #define _GNU_SOURCE
@@ -19,6 +23,10 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <sys/types.h>
+#include <linux/futex.h>
+#include <stdint.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #define HIDDEN __attribute__((visibility("hidden")))
@@ -105,4 +113,51 @@ HIDDEN int cpuprof_clone(int (*fn)(void *), void *stack, int flags, void *arg, .
   }
   if ((flags & CLONE_THREAD) && before_thread_clone != NULL) before_thread_clone();
   return real(fn, stack, flags, arg, parent_tid, tls, child_tid);
+}
+
+/* contention.rs: whether a contention profile runs, and where a timed futex wait goes. */
+int cpuprof_contention_running(void);
+void cpuprof_futex_waited(uint64_t delay_ns);
+
+typedef long (*syscall_fn)(long, ...);
+static syscall_fn next_syscall;
+
+static uint64_t monotonic_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The futex operations that block until another thread acts: what a lock's waiter calls. */
+static int is_futex_wait(long op) {
+  switch (op & FUTEX_CMD_MASK) {
+    case FUTEX_WAIT:
+    case FUTEX_WAIT_BITSET:
+    case FUTEX_LOCK_PI:
+#ifdef FUTEX_LOCK_PI2
+    case FUTEX_LOCK_PI2:
+#endif
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+HIDDEN long cpuprof_syscall(long number, ...) {
+  va_list ap;
+  va_start(ap, number);
+  long a = va_arg(ap, long), b = va_arg(ap, long), c = va_arg(ap, long);
+  long d = va_arg(ap, long), e = va_arg(ap, long), f = va_arg(ap, long);
+  va_end(ap);
+  syscall_fn next = __atomic_load_n(&next_syscall, __ATOMIC_RELAXED);
+  if (next == NULL) {
+    next = (syscall_fn)dlsym(RTLD_NEXT, "syscall");
+    __atomic_store_n(&next_syscall, next, __ATOMIC_RELAXED);
+  }
+  if (number != SYS_futex || !is_futex_wait(b) || !cpuprof_contention_running())
+    return next(number, a, b, c, d, e, f);
+  uint64_t start = monotonic_ns();
+  long result = next(number, a, b, c, d, e, f);
+  cpuprof_futex_waited(monotonic_ns() - start);
+  return result;
 }

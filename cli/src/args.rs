@@ -5,9 +5,9 @@ use crate::analysis::{gates, list};
 use crate::commands::record;
 use crate::input::db;
 use crate::model::filters::{self, Filters};
+use crate::model::unit::SampleValue;
 use crate::symbols::Locator;
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use cpuprof::format::heap::HeapValue;
 use std::path::PathBuf;
 
 const EXIT_STATUS: &str = "\
@@ -60,14 +60,16 @@ impl From<Symbols> for Locator {
 pub struct SampleIndex {
     /// For a heap profile: the value read, by pprof's names: inuse_space (the default),
     /// inuse_objects, alloc_space or alloc_objects. Each line is scaled back from its samples
-    /// before summing, as pprof does. (Also --sample_index.)
-    #[arg(long = "sample-index", alias = "sample_index", value_name = "NAME", value_parser = heap_value)]
-    pub value: Option<HeapValue>,
+    /// before summing, as pprof does. For a contention profile: delay (the default, nanoseconds
+    /// waited) or contentions (waits). (Also --sample_index.)
+    #[arg(long = "sample-index", alias = "sample_index", value_name = "NAME", value_parser = sample_value)]
+    pub value: Option<SampleValue>,
 }
 
-fn heap_value(text: &str) -> Result<HeapValue, String> {
-    HeapValue::from_name(text)
-        .ok_or_else(|| format!("`{text}`: expected inuse_space, inuse_objects, alloc_space or alloc_objects"))
+fn sample_value(text: &str) -> Result<SampleValue, String> {
+    SampleValue::from_name(text).ok_or_else(|| {
+        format!("`{text}`: expected inuse_space, inuse_objects, alloc_space or alloc_objects (heap profiles), delay or contentions (contention profiles)")
+    })
 }
 
 /// `--tick-us`, which every command that judges changes takes.

@@ -23,7 +23,7 @@
 //! move it); the others are return addresses (pprof moves them onto their call, minus one).
 //! Pure code, defensive like the CPU reader: any input gives a profile or an error.
 
-use super::pprof::{Frame, Location, Pprof, Sample};
+use super::pprof::{Frame, Pprof};
 use super::Maps;
 use std::collections::HashMap;
 use std::fmt;
@@ -317,38 +317,9 @@ pub fn heap_pprof<'a>(
         period_ns: period,
         ..Pprof::default()
     };
-    let mapping_of_entry;
-    (pprof.mappings, mapping_of_entry) = super::pprof::mappings_of(maps, &mut build_id);
-    let mut location_of: HashMap<u64, usize> = HashMap::new();
-    for (stack, values) in samples {
-        let locations = stack
-            .iter()
-            .enumerate()
-            .map(|(i, &pc)| {
-                let addr = if i == 0 { pc } else { pc.saturating_sub(1) };
-                *location_of.entry(addr).or_insert_with(|| {
-                    let mapping = maps
-                        .entries
-                        .iter()
-                        .position(|e| e.contains(addr) && e.is_executable())
-                        .and_then(|i| mapping_of_entry.get(&i).copied());
-                    pprof.locations.push(Location {
-                        address: addr,
-                        mapping,
-                        frames: frames(addr),
-                    });
-                    pprof.locations.len() - 1
-                })
-            })
-            .collect();
-        pprof.samples.push(Sample {
-            locations,
-            count: 0,
-            // Protobuf's int64 varint: two's complement as a u64.
-            values: values.iter().map(|&v| v as u64).collect(),
-            labels: Vec::new(),
-        });
-    }
+    // Protobuf's int64 varint: two's complement as a u64.
+    let samples = samples.map(|(stack, values)| (stack, values.iter().map(|&v| v as u64).collect()));
+    super::pprof::add_chains(&mut pprof, maps, samples, true, &mut frames, &mut build_id);
     pprof
 }
 

@@ -42,6 +42,7 @@
 //! ```
 
 pub mod build_id;
+pub mod contention;
 pub mod database;
 pub mod event;
 pub mod fast_hash;

@@ -223,7 +223,10 @@ impl Pprof {
             (strings.id(kind), strings.id(unit))
         } else {
             head_of_message(&mut out, &mut strings, &self.values);
-            let unit = self.values.last().map_or("count", |&(_, unit)| unit);
+            let unit = match self.unit {
+                "" => self.values.last().map_or("count", |&(_, unit)| unit),
+                unit => unit,
+            };
             (strings.id(kind), strings.id(unit))
         };
         let mut ids = Vec::new();
@@ -498,6 +501,55 @@ impl<'m, W: Write> PprofWriter<'m, W> {
         );
         self.out.write_all(&out)?;
         Ok(self.out)
+    }
+}
+
+/// Adds to `pprof` the mappings of `maps` and each of `chains` (innermost first, with its
+/// values in `pprof.values` order) as a sample, one location per distinct address; return
+/// addresses are moved onto their call (minus one), all of them, or all but the first when
+/// `first_is_call` (a heap profile's first address is where the allocating call is).
+pub(super) fn add_chains<'a>(
+    pprof: &mut Pprof,
+    maps: &Maps,
+    chains: impl Iterator<Item = (&'a [u64], Vec<u64>)>,
+    first_is_call: bool,
+    frames: &mut impl FnMut(u64) -> Vec<Frame>,
+    build_id: &mut impl FnMut(&str) -> String,
+) {
+    let mapping_of_entry;
+    (pprof.mappings, mapping_of_entry) = mappings_of(maps, build_id);
+    let mut location_of: HashMap<u64, usize> = HashMap::new();
+    for (stack, values) in chains {
+        let locations = stack
+            .iter()
+            .enumerate()
+            .map(|(i, &pc)| {
+                let addr = if i == 0 && first_is_call {
+                    pc
+                } else {
+                    pc.saturating_sub(1)
+                };
+                *location_of.entry(addr).or_insert_with(|| {
+                    let mapping = maps
+                        .entries
+                        .iter()
+                        .position(|e| e.contains(addr) && e.is_executable())
+                        .and_then(|i| mapping_of_entry.get(&i).copied());
+                    pprof.locations.push(Location {
+                        address: addr,
+                        mapping,
+                        frames: frames(addr),
+                    });
+                    pprof.locations.len() - 1
+                })
+            })
+            .collect();
+        pprof.samples.push(Sample {
+            locations,
+            count: 0,
+            values,
+            labels: Vec::new(),
+        });
     }
 }
 

@@ -23,8 +23,8 @@ pub mod dumps;
 mod mapped;
 mod poller;
 pub mod recorder;
-mod sites;
-mod walker;
+pub(crate) mod sites;
+pub(crate) mod walker;
 
 pub use countdown::Countdown;
 pub use poller::start_if_deferred;

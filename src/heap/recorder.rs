@@ -157,7 +157,8 @@ pub fn leave_out_code(start: u64, end: u64) {
     OWN_CODE[1].store(end, Ordering::Relaxed);
 }
 
-fn is_own_code(pc: u64) -> bool {
+/// Whether `pc` lies in the interposers' library's code ([`leave_out_code`]).
+pub(crate) fn is_own_code(pc: u64) -> bool {
     (OWN_CODE[0].load(Ordering::Relaxed)..OWN_CODE[1].load(Ordering::Relaxed)).contains(&pc)
 }
 

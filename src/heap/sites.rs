@@ -1,5 +1,6 @@
 //! Where sampled allocations were made: one entry per (call chain, size class), with what was
-//! allocated there and what of it was freed. Lock-free and allocation-free, for the
+//! allocated there and what of it was freed (a contention profile keeps its waits in a table
+//! of this kind: `crate::contention`). Lock-free and allocation-free, for the
 //! allocation path: an entry is claimed with a CAS (`EMPTY` to `BUSY`), its chain written,
 //! then published with a `Release` store of its key; counters are atomic adds. A thread that
 //! meets a `BUSY` entry does not wait for it (its owner may be the very thread it interrupted)
@@ -129,8 +130,15 @@ impl Sites {
 
     /// Counts an allocation of `size` bytes at entry `slot`. Async-signal-safe.
     pub fn allocated(&self, slot: usize, size: u64) {
-        self.counts[slot * 4].fetch_add(1, Ordering::Relaxed);
-        self.counts[slot * 4 + 1].fetch_add(size, Ordering::Relaxed);
+        self.add(slot, 1, size);
+    }
+
+    /// Adds `objects` and `bytes` to the first two counters of entry `slot` (what other
+    /// tables of this kind count there: a contention profile's waits and their delay).
+    /// Async-signal-safe.
+    pub fn add(&self, slot: usize, objects: u64, bytes: u64) {
+        self.counts[slot * 4].fetch_add(objects, Ordering::Relaxed);
+        self.counts[slot * 4 + 1].fetch_add(bytes, Ordering::Relaxed);
     }
 
     /// Counts the free of an object of `size` bytes allocated at entry `slot`.

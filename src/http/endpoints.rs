@@ -1,6 +1,7 @@
 //! What each URL answers: pprof's remote-server protocol (`/pprof/...`, read by google-pprof)
 //! and `/debug/pprof/profile` (gzipped protobuf, read by go tool pprof, Parca, Pyroscope).
 
+use super::contention::Answer;
 use super::request::{query_param, Request, Response};
 use crate::error::Error;
 use crate::format::pprof::{Frame, Pprof};
@@ -16,15 +17,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// `seconds` when the request gives none (pprof's default).
-const DEFAULT_SECONDS: u64 = 30;
+pub(super) const DEFAULT_SECONDS: u64 = 30;
 /// Longest profile a request may ask for.
 pub(crate) const MAX_SECONDS: u64 = 300;
 
 /// Profiles other programs ask for that cpuprof does not take.
 const UNSUPPORTED: &[&str] = &[
-    "/pprof/contention",
-    "/debug/pprof/block",
-    "/debug/pprof/mutex",
     "/debug/pprof/goroutine",
     "/debug/pprof/threadcreate",
     "/debug/pprof/trace",
@@ -38,15 +36,19 @@ pub(crate) fn handle(req: &Request, client_gone: ClientWatch) -> Response {
         (_, path) if UNSUPPORTED.contains(&path) => Response::text(
             501,
             format!(
-                "{path}: not supported; cpuprof takes CPU, event and heap profiles (/pprof/profile, \
-                 /pprof/pmuprofile, /pprof/heap, /pprof/growth, /debug/pprof/profile, /debug/pprof/heap, \
-                 /debug/pprof/allocs)"
+                "{path}: not supported; cpuprof takes CPU, event, heap and contention profiles \
+                 (/pprof/profile, /pprof/pmuprofile, /pprof/heap, /pprof/growth, /pprof/contention, \
+                 /debug/pprof/profile, /debug/pprof/heap, /debug/pprof/allocs, /debug/pprof/mutex, \
+                 /debug/pprof/block)"
             ),
         ),
         ("GET", "/pprof/heap") => super::heap::text(),
         ("GET", "/pprof/growth") => super::heap::growth(),
         ("GET", "/debug/pprof/heap") => super::heap::protobuf(req, false, client_gone),
         ("GET", "/debug/pprof/allocs") => super::heap::protobuf(req, true, client_gone),
+        ("GET", "/pprof/contention") => super::contention::serve(req, Answer::Text, client_gone),
+        ("GET", "/debug/pprof/mutex") => super::contention::serve(req, Answer::Protobuf { block: false }, client_gone),
+        ("GET", "/debug/pprof/block") => super::contention::serve(req, Answer::Protobuf { block: true }, client_gone),
         ("GET", "/pprof/profile") => profile(req, Encoding::Legacy, None, client_gone),
         ("GET", "/debug/pprof/profile") => profile(req, Encoding::Protobuf, None, client_gone),
         ("GET", "/pprof/pmuprofile") => match event_of(req) {
@@ -69,7 +71,10 @@ pub(crate) fn handle(req: &Request, client_gone: ClientWatch) -> Response {
             | "/pprof/heap"
             | "/pprof/growth"
             | "/debug/pprof/heap"
-            | "/debug/pprof/allocs",
+            | "/debug/pprof/allocs"
+            | "/pprof/contention"
+            | "/debug/pprof/mutex"
+            | "/debug/pprof/block",
         ) => method_not_allowed("GET"),
         (_, "/pprof/symbol" | "/debug/pprof/symbol") => method_not_allowed("GET, POST"),
         (_, path) => Response::text(
@@ -77,7 +82,8 @@ pub(crate) fn handle(req: &Request, client_gone: ClientWatch) -> Response {
             format!(
                 "{path}: no such endpoint; try /pprof/profile?seconds=N, /debug/pprof/profile?seconds=N, \
                  /pprof/pmuprofile?event=NAME&period=N&seconds=N, \
-                 /pprof/heap, /pprof/growth, /debug/pprof/heap, /debug/pprof/allocs, /pprof/symbol, \
+                 /pprof/heap, /pprof/growth, /debug/pprof/heap, /debug/pprof/allocs, /pprof/contention, \
+                 /debug/pprof/mutex, /debug/pprof/block, /pprof/symbol, \
                  /debug/pprof/symbol, /pprof/cmdline"
             ),
         ),
@@ -326,7 +332,7 @@ mod tests {
         assert_eq!(handle(&get("/pprof/symbol?seconds=2")).body, b"num_symbols: 1\n");
         let cmdline = String::from_utf8(handle(&get("/pprof/cmdline")).body).unwrap();
         assert!(cmdline.lines().next().is_some_and(|l| !l.is_empty()), "{cmdline}");
-        let r = handle(&get("/pprof/contention"));
+        let r = handle(&get("/debug/pprof/goroutine"));
         assert_eq!(r.status, 501);
         assert!(String::from_utf8_lossy(&r.body).contains("not supported"));
         for (query, says) in [

@@ -43,6 +43,7 @@
 //! bound, and stops serving, without touching the descriptor, once it does not. Connections
 //! are checked the same way before every read and write and before they are closed.
 
+mod contention;
 mod endpoints;
 mod follow;
 mod heap;

@@ -138,6 +138,7 @@ extern "C" fn in_child() {
     crate::sampler::signals::release_in_child();
     crate::unwind::safe_read::reopen_in_child();
     crate::heap::dumps::in_forked_child();
+    crate::contention::forget_in_child();
     // What runs in the parent does not run here: its writer, its threadless file, its published
     // sampler state (handlers that were running in its other threads at the fork are gone).
     crate::writer::forget_in_child();

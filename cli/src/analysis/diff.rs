@@ -201,8 +201,13 @@ impl Summary {
     /// One line about the profile: samples, CPU time (or the heap value) and observations.
     pub fn describe(&self) -> String {
         if self.unit != Unit::Samples {
+            let samples = if self.unit.contention_value().is_some() {
+                "waits"
+            } else {
+                "sampled objects"
+            };
             return format!(
-                "{} {}, {} sampled objects, ~{:.0} effective samples",
+                "{} {}, {} {samples}, ~{:.0} effective samples",
                 Scale::label_alone(self.unit, self.total),
                 self.unit.name(),
                 self.samples,

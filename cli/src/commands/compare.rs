@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::input::{self, db::Database, epochs, heap};
 use crate::model::filters;
 use crate::model::stacks::Stacks;
+use crate::model::unit::Unit;
 use crate::render::html;
 use crate::symbols::Locator;
 use cpuprof::format::Profile;
@@ -42,9 +43,15 @@ pub fn diff(a: DiffArgs) -> Result<u8> {
     let summary = |path: &Path, units: f64| -> Result<diffing::Summary> {
         let source = input::Source::open(path)?;
         if let Some(profile) = heap::read(path, &source)? {
-            let value = index.unwrap_or(heap::DEFAULT_VALUE);
+            let value = heap::value(index, path)?;
             let stacks = heap::stacks(&profile, value, &locator, &a.filters);
             let lines: Vec<(u64, u64)> = heap::lines(&profile, value).collect();
+            return Ok(diffing::Summary::heap(&stacks, &lines, units, opts.cumulative));
+        }
+        if let Some(profile) = input::contention::read(path, &source)? {
+            let value = input::contention::value(index, path)?;
+            let stacks = input::contention::stacks(&profile, value, &locator, &a.filters);
+            let lines: Vec<(u64, u64)> = input::contention::lines(&profile, value).collect();
             return Ok(diffing::Summary::heap(&stacks, &lines, units, opts.cumulative));
         }
         heap::cpu_takes_no_index(index)?;
@@ -61,9 +68,9 @@ pub fn diff(a: DiffArgs) -> Result<u8> {
         heap::cpu_takes_no_index(index)?;
         let read = |path: &Path| -> Result<Profile> {
             let source = input::Source::open(path)?;
-            if heap::read(path, &source)?.is_some() {
+            if heap::is_heap(&source)? || input::contention::is_contention(&source)? {
                 return Err(Error::Usage(
-                    "diff --by reads CPU profiles: heap profiles carry no labels",
+                    "diff --by reads CPU profiles: heap and contention profiles carry no labels",
                 ));
             }
             input::raw::read_source(path, &source, &locator)
@@ -188,11 +195,8 @@ fn same_kind(
     names: (&Path, &Path),
     fail_on: &[Gate],
 ) -> Result<()> {
-    let kind = |s: &diffing::Summary| match s.unit().heap_value() {
-        Some(value) => format!("a heap profile ({})", value.name()),
-        None => "a CPU profile".to_string(),
-    };
-    if first.unit().heap_value() != second.unit().heap_value() {
+    let kind = |s: &diffing::Summary| s.unit().profile_kind();
+    if first.unit().profile_kind() != second.unit().profile_kind() {
         return Err(Error::Input(format!(
             "{} is {} and {} {}: diff compares profiles of one kind",
             names.0.display(),
@@ -201,9 +205,9 @@ fn same_kind(
             kind(second)
         )));
     }
-    if first.unit().heap_value().is_some() && fail_on.iter().any(|g| matches!(g, Gate::Seconds(_))) {
+    if first.unit() != Unit::Samples && fail_on.iter().any(|g| matches!(g, Gate::Seconds(_))) {
         return Err(Error::Usage(
-            "--fail-on growth=SECONDS applies to CPU profiles; for heap profiles use growth=PERCENT% or share=POINTS",
+            "--fail-on growth=SECONDS applies to CPU profiles; for heap and contention profiles use growth=PERCENT% or share=POINTS",
         ));
     }
     Ok(())
@@ -212,9 +216,9 @@ fn same_kind(
 /// The kernel tick a CPU profile's observations assume, as the header says it; nothing for a
 /// heap profile, whose samples do not wait for a tick.
 fn tick_note(summary: &diffing::Summary, tick_us: u64) -> String {
-    match summary.unit().heap_value() {
-        Some(_) => String::new(),
-        None => format!(" (tick {tick_us} us)"),
+    match summary.unit() {
+        Unit::Samples => format!(" (tick {tick_us} us)"),
+        _ => String::new(),
     }
 }
 
@@ -278,9 +282,14 @@ pub fn report(a: ReportArgs) -> Result<u8> {
         title: a.file.display().to_string(),
     };
     let source = input::Source::open(&a.file)?;
+    if input::contention::is_contention(&source)? {
+        return Err(Error::Usage(
+            "report draws CPU and heap profiles; for a contention profile use top, flamegraph, diff or convert --to pprof",
+        ));
+    }
     let page = match heap::read(&a.file, &source)? {
         Some(profile) => {
-            let value = a.sample_index.value.unwrap_or(heap::DEFAULT_VALUE);
+            let value = heap::value(a.sample_index.value, &a.file)?;
             html::heap::page(&profile, value, &baseline, &opts)?
         }
         None => {

@@ -35,7 +35,7 @@ pub fn db(a: DbArgs) -> Result<u8> {
 
 pub fn dump(a: DumpArgs) -> Result<u8> {
     let source = input::Source::open(&a.file)?;
-    if heap::is_heap(&source)? {
+    if heap::is_heap(&source)? || input::contention::is_contention(&source)? {
         return Err(heap::not_for_heap(&a.file));
     }
     let (profile, defect) = source
@@ -51,6 +51,16 @@ pub fn dump(a: DumpArgs) -> Result<u8> {
 pub fn check(a: CheckArgs) -> Result<u8> {
     let file = &a.file;
     let source = input::Source::open(file)?;
+    if let Some(profile) = input::contention::read(file, &source)? {
+        println!("{}: valid {}", file.display(), input::contention::check(&profile));
+        if profile.maps().entries.is_empty() {
+            eprintln!(
+                "cpuprof: WARNING: {}: no mapped objects (--- Memory map: ---): its addresses cannot be named",
+                file.display()
+            );
+        }
+        return Ok(0);
+    }
     if let Some(profile) = heap::read(file, &source)? {
         println!("{}: valid {}", file.display(), text::heap_check(&profile));
         if profile.maps().entries.is_empty() {

@@ -122,11 +122,24 @@ pub fn convert(a: ConvertArgs) -> Result<u8> {
     if let Some(profile) = heap::read(&file, &source)? {
         return match a.target {
             Target::Pprof => {
-                let value = a.sample_index.value.unwrap_or(heap::DEFAULT_VALUE);
+                let value = heap::value(a.sample_index.value, &file)?;
                 pprof::write(&pprof::encode_heap(&profile, &locator, &a.filters, value), &a.output)?;
                 Ok(0)
             }
             Target::Dcpi => Err(Error::Usage("a heap profile converts to pprof only (--to pprof)")),
+        };
+    }
+    if let Some(profile) = input::contention::read(&file, &source)? {
+        return match a.target {
+            Target::Pprof => {
+                let value = input::contention::value(a.sample_index.value, &file)?;
+                pprof::write(
+                    &pprof::encode_contention(&profile, &locator, &a.filters, value),
+                    &a.output,
+                )?;
+                Ok(0)
+            }
+            Target::Dcpi => Err(Error::Usage("a contention profile converts to pprof only (--to pprof)")),
         };
     }
     heap::cpu_takes_no_index(a.sample_index.value)?;

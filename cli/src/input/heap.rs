@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::input::Source;
 use crate::model::filters::Filters;
 use crate::model::stacks::Stacks;
-use crate::model::unit::Unit;
+use crate::model::unit::{SampleValue, Unit};
 use crate::symbols::Locator;
 use cpuprof::format::heap::{looks_like_heap, HeapCounts, HeapKind, HeapProfile, HeapValue};
 use std::path::Path;
@@ -84,21 +84,36 @@ pub fn samples(counts: HeapCounts, value: HeapValue) -> u64 {
     }
 }
 
+/// The heap value `index` (`--sample-index`) names for the heap profile `file`:
+/// [`DEFAULT_VALUE`] when none is given.
+pub fn value(index: Option<SampleValue>, file: &Path) -> Result<HeapValue> {
+    match index {
+        None => Ok(DEFAULT_VALUE),
+        Some(SampleValue::Heap(value)) => Ok(value),
+        Some(other) => Err(Error::Input(format!(
+            "{}: a heap profile, whose values are inuse_space, inuse_objects, alloc_space and alloc_objects, \
+             not {}",
+            file.display(),
+            other.name()
+        ))),
+    }
+}
+
 /// The error of a command (or a comparison) that needs a CPU profile, given the heap profile
 /// `file`.
 pub fn not_for_heap(file: &Path) -> Error {
     Error::Input(format!(
-        "{}: a heap profile, where a CPU profile is needed (heap profiles are read by top, peek, collapse, \
-         flamegraph, report, convert --to pprof, diff and check, and compared with heap profiles only)",
+        "{}: a heap or contention profile, where a CPU profile is needed (those are read by top, peek, \
+         collapse, flamegraph, report, convert --to pprof, diff and check, and compared with their kind only)",
         file.display()
     ))
 }
 
-/// `--sample-index` given for a profile that is not a heap profile.
-pub fn cpu_takes_no_index(index: Option<HeapValue>) -> Result<()> {
+/// `--sample-index` given for a profile that is neither a heap nor a contention profile.
+pub fn cpu_takes_no_index(index: Option<SampleValue>) -> Result<()> {
     match index {
         Some(_) => Err(Error::Usage(
-            "--sample-index chooses a heap profile's value; a CPU profile has one (its samples)",
+            "--sample-index chooses a heap or contention profile's value; a CPU profile has one (its samples)",
         )),
         None => Ok(()),
     }

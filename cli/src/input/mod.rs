@@ -5,6 +5,7 @@
 //! or a directory of earlier profiles taken as a history ([`read_history`]).
 
 use crate::error::{Error, Result};
+pub mod contention;
 pub mod db;
 pub mod dcpi;
 pub mod epochs;
@@ -13,9 +14,9 @@ pub mod raw;
 
 use crate::model::filters::Filters;
 use crate::model::stacks::{Functions, Stacks};
+use crate::model::unit::SampleValue;
 use crate::render::progress::Progress;
 use crate::symbols::Locator;
-use cpuprof::format::heap::HeapValue;
 use cpuprof::format::{scan, scan_from, ParseError, Profile, Record, Scan};
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
@@ -125,15 +126,14 @@ pub fn read_functions(
     file: &Path,
     locator: &Locator,
     filters: &Filters,
-    index: Option<HeapValue>,
+    index: Option<SampleValue>,
 ) -> Result<Functions> {
     if file.is_dir() {
         return Ok(read_stacks(file, locator, filters, index)?.functions());
     }
     let source = Source::open(file)?;
-    if let Some(profile) = heap::read(file, &source)? {
-        let value = index.unwrap_or(heap::DEFAULT_VALUE);
-        return Ok(heap::stacks(&profile, value, locator, filters).functions());
+    if heap::is_heap(&source)? || contention::is_contention(&source)? {
+        return Ok(source_stacks(file, &source, locator, filters, index)?.functions());
     }
     heap::cpu_takes_no_index(index)?;
     if is_dcpi(&source)? {
@@ -151,7 +151,7 @@ fn is_dcpi(source: &Source) -> Result<bool> {
 
 /// A raw profile, a DCPI profile, a directory of DCPI profiles, or a heap profile's `index`
 /// (`--sample-index`), symbolised, as `filters` leave it.
-pub fn read_stacks(file: &Path, locator: &Locator, filters: &Filters, index: Option<HeapValue>) -> Result<Stacks> {
+pub fn read_stacks(file: &Path, locator: &Locator, filters: &Filters, index: Option<SampleValue>) -> Result<Stacks> {
     if file.is_dir() {
         heap::cpu_takes_no_index(index)?;
         let mut profiles = Vec::new();
@@ -175,18 +175,25 @@ pub fn read_stacks(file: &Path, locator: &Locator, filters: &Filters, index: Opt
     source_stacks(file, &source, locator, filters, index)
 }
 
-/// The raw or heap profile `source`, read from `file`, symbolised (see [`raw_stacks`] and
-/// [`heap::stacks`]).
+/// The raw, heap or contention profile `source`, read from `file`, symbolised (see
+/// [`raw_stacks`], [`heap::stacks`] and [`contention::stacks`]).
 pub fn source_stacks(
     file: &Path,
     source: &Source,
     locator: &Locator,
     filters: &Filters,
-    index: Option<HeapValue>,
+    index: Option<SampleValue>,
 ) -> Result<Stacks> {
     if let Some(profile) = heap::read(file, source)? {
-        let value = index.unwrap_or(heap::DEFAULT_VALUE);
-        return Ok(heap::stacks(&profile, value, locator, filters));
+        return Ok(heap::stacks(&profile, heap::value(index, file)?, locator, filters));
+    }
+    if let Some(profile) = contention::read(file, source)? {
+        return Ok(contention::stacks(
+            &profile,
+            contention::value(index, file)?,
+            locator,
+            filters,
+        ));
     }
     heap::cpu_takes_no_index(index)?;
     raw_stacks(file, source, locator, filters)

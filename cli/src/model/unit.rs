@@ -1,8 +1,9 @@
-//! What a profile's counts measure: CPU samples (each the profile's period), or one of a heap
+//! What a profile's counts measure: CPU samples (each the profile's period), one of a heap
 //! profile's four values (pprof's sample types), already scaled back to the program's
-//! allocations. The readers ([`crate::model::stacks`]) add counts whatever they are; the
+//! allocations, or one of a contention profile's two (delay, contentions). The readers ([`crate::model::stacks`]) add counts whatever they are; the
 //! renderers ask the unit how to name and print them.
 
+use cpuprof::format::contention::ContentionValue;
 use cpuprof::format::heap::HeapValue;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -15,14 +16,63 @@ pub enum Unit {
     /// pprof does; `period` is the mean bytes between samples (`heap_v2/N`; 1 when every
     /// allocation was recorded).
     Heap { value: HeapValue, period: u64 },
+    /// A contention profile's `value`: nanoseconds waited (`delay`) or waits (`contentions`).
+    Contention { value: ContentionValue },
+}
+
+/// A value `--sample-index` names: one of a heap profile's four or a contention profile's two
+/// (pprof's names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SampleValue {
+    Heap(HeapValue),
+    Contention(ContentionValue),
+}
+
+impl SampleValue {
+    /// The value named `name`, if any.
+    pub fn from_name(name: &str) -> Option<SampleValue> {
+        HeapValue::from_name(name)
+            .map(SampleValue::Heap)
+            .or_else(|| ContentionValue::from_name(name).map(SampleValue::Contention))
+    }
+
+    /// pprof's name of the value.
+    pub fn name(self) -> &'static str {
+        match self {
+            SampleValue::Heap(v) => v.name(),
+            SampleValue::Contention(v) => v.name(),
+        }
+    }
 }
 
 impl Unit {
     /// The heap value counted, for a heap profile.
     pub fn heap_value(self) -> Option<HeapValue> {
         match self {
-            Unit::Samples => None,
             Unit::Heap { value, .. } => Some(value),
+            _ => None,
+        }
+    }
+
+    /// The contention value counted, for a contention profile.
+    pub fn contention_value(self) -> Option<ContentionValue> {
+        match self {
+            Unit::Contention { value } => Some(value),
+            _ => None,
+        }
+    }
+
+    /// Whether the counts are nanoseconds (a contention profile's `delay`).
+    pub fn is_nanoseconds(self) -> bool {
+        self.contention_value() == Some(ContentionValue::Delay)
+    }
+
+    /// The kind of profile, for messages: `a CPU profile`, `a heap profile (inuse_space)`.
+    pub fn profile_kind(self) -> String {
+        match self {
+            Unit::Samples => "a CPU profile".to_string(),
+            Unit::Heap { value, .. } => format!("a heap profile ({})", value.name()),
+            Unit::Contention { value } => format!("a contention profile ({})", value.name()),
         }
     }
 
@@ -37,6 +87,7 @@ impl Unit {
         match self {
             Unit::Samples => "samples",
             Unit::Heap { value, .. } => value.name(),
+            Unit::Contention { value } => value.name(),
         }
     }
 
@@ -46,6 +97,10 @@ impl Unit {
             Unit::Samples => "samples",
             Unit::Heap { value, .. } if value.is_bytes() => "bytes",
             Unit::Heap { .. } => "objects",
+            Unit::Contention {
+                value: ContentionValue::Delay,
+            } => "nanoseconds",
+            Unit::Contention { .. } => "waits",
         }
     }
 }

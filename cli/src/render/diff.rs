@@ -33,7 +33,8 @@ impl Report {
             Unit::Samples if signed => format!("{value:+.3} s"),
             Unit::Samples => format!("{value:.3} s"),
             unit if unit.is_bytes() => format!("{sign}{}", units::bytes(value.abs().round() as u64)),
-            _ => format!("{sign}{:.0} objects", value.abs()),
+            unit if unit.is_nanoseconds() => format!("{sign}{}", units::nanoseconds(value.abs().round() as u64)),
+            unit => format!("{sign}{:.0} {}", value.abs(), unit.counts()),
         }
     }
 
@@ -62,10 +63,15 @@ impl Report {
              family-wise (Holm over the {} of {} {tested} that could be)",
             opts.alpha, self.testable, self.tested
         );
-        if self.unit != Unit::Samples {
+        if self.unit.heap_value().is_some() {
             out.push_str(
                 "observations: the sampled objects (a sampling heap profiler draws them like a Poisson process), \
                  each weighing what its line scales it to; shares are of Kish's effective number of them\n",
+            );
+        } else if self.unit.contention_value().is_some() {
+            out.push_str(
+                "observations: the waits (taken as a Poisson process), each weighing what its line gives it; \
+                 shares are of Kish's effective number of them\n",
             );
         }
         let scale = self
@@ -115,12 +121,17 @@ impl Report {
                 let _ = writeln!(
                     out,
                     "settle: how many times the samples (in both runs) would make a change of this size significant \
-                     (|z| {:.1}), if it is real: {} needs {:.1}x, ~{:.0} sampled objects per run (a smaller \
+                     (|z| {:.1}), if it is real: {} needs {:.1}x, ~{:.0} {} per run (a smaller \
                      sampling period gives more).",
                     self.z_needed,
                     r.function,
                     r.settle.unwrap_or(1.0),
                     r.settle.unwrap_or(1.0) * self.base_run.0 as f64,
+                    if self.unit.contention_value().is_some() {
+                        "waits"
+                    } else {
+                        "sampled objects"
+                    },
                 );
             } else {
                 let _ = writeln!(
@@ -201,6 +212,13 @@ fn amount_unit(unit: Unit, scale: f64) -> (&'static str, f64) {
             let (name, bytes) = units::bytes_unit(scale as u64);
             (name, 1.0 / bytes)
         }
+        unit if unit.is_nanoseconds() => {
+            let (name, ns) = time_unit(scale / 1e9);
+            (name, 1e-9 * ns)
+        }
+        Unit::Contention { .. } if scale >= 1e6 => ("M waits", 1e-6),
+        Unit::Contention { .. } if scale >= 1e3 => ("k waits", 1e-3),
+        Unit::Contention { .. } => ("waits", 1.0),
         _ if scale >= 1e6 => ("M objects", 1e-6),
         _ if scale >= 1e3 => ("k objects", 1e-3),
         _ => ("objects", 1.0),

@@ -8,6 +8,7 @@ use crate::input::Source;
 use crate::model::filters::{self, Filters};
 use crate::render::progress::Progress;
 use crate::symbols::{BuildIds, Locator, Symbolizer};
+use cpuprof::format::contention::{ContentionProfile, ContentionValue};
 use cpuprof::format::heap::{HeapProfile, HeapValue};
 use cpuprof::format::pprof::{Pprof, PprofWriter};
 use cpuprof::format::{Profile, ReadContext, Scan};
@@ -73,6 +74,30 @@ pub fn encode_heap(profile: &HeapProfile, locator: &Locator, filters: &Filters, 
             }
         }
     }
+    pprof
+}
+
+/// A contention profile as pprof's `contentions` and `delay` ([`ContentionProfile::to_pprof`]),
+/// its addresses named here as [`encode`] names a CPU profile's; `value` is the one readers
+/// show by default. Filters hide frames (`--hide`); they do not drop lines.
+pub fn encode_contention(
+    profile: &ContentionProfile,
+    locator: &Locator,
+    filters: &Filters,
+    value: ContentionValue,
+) -> Pprof {
+    let maps = profile.maps();
+    let mut symbolizer = Symbolizer::new(locator.clone(), &maps);
+    let mut build_ids = BuildIds::default();
+    let mut pprof = profile.to_pprof(
+        |addr| {
+            let mut frames = symbolizer.frames(&maps, addr);
+            frames.retain(|f| !filters.hides(&f.function));
+            frames
+        },
+        |path| build_ids.get(path).unwrap_or_default(),
+    );
+    pprof.default_value = value.name();
     pprof
 }
 

@@ -135,8 +135,14 @@ fn heap_top(functions: &Functions, rows: &[(usize, &str, u64, u64)]) -> String {
     out
 }
 
-/// The line that says what a heap profile's counts are.
+/// The line that says what a heap or contention profile's counts are.
 pub fn heap_heading(unit: Unit) -> String {
+    if let Unit::Contention { value } = unit {
+        return format!(
+            "Contention profile: {} (threads' waits for locks and semaphores, charged to the waiter)\n",
+            value.name()
+        );
+    }
     let Unit::Heap { value, period } = unit else {
         return String::new();
     };
@@ -170,6 +176,10 @@ pub fn flamegraph(stacks: &Stacks, output: &Path) -> Result<()> {
         }
         Unit::Heap { value, .. } => {
             options.title = format!("Heap profile: {}", value.name());
+            options.count_name = stacks.unit.counts().into();
+        }
+        Unit::Contention { value } => {
+            options.title = format!("Contention profile: {}", value.name());
             options.count_name = stacks.unit.counts().into();
         }
     }

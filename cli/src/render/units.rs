@@ -1,6 +1,6 @@
 //! Counts as users read them: CPU samples as plain numbers, a heap profile's bytes scaled as
 //! pprof scales them (`150.15MB`: powers of 1024, two decimals, `.00` dropped) and its objects
-//! as plain numbers. pprof prints a whole table in one unit, chosen from its smallest value
+//! as plain numbers, a contention profile's delays in pprof's units of time (`5.97s`). pprof prints a whole table in one unit, chosen from its smallest value
 //! and its total ([`Scale::for_table`]), so `top` of a heap profile prints the same strings as
 //! `go tool pprof -top` of it.
 
@@ -16,15 +16,29 @@ const BYTES: [(&str, f64); 6] = [
     ("PB", 1125899906842624.0),
 ];
 
-/// The unit pprof would print `value` bytes in: the largest no bigger than it (bytes for 0),
-/// its name and its size in bytes.
-pub fn bytes_unit(value: u64) -> (&'static str, f64) {
-    BYTES
+/// pprof's units of time for nanosecond values: name and nanoseconds.
+const TIME: [(&str, f64); 4] = [("ns", 1.0), ("us", 1e3), ("ms", 1e6), ("s", 1e9)];
+
+/// The unit of `units` pprof would print `value` in: the largest no bigger than it (the
+/// smallest for 0), its name and its size.
+fn unit_in(units: &'static [(&'static str, f64)], value: u64) -> (&'static str, f64) {
+    units
         .iter()
         .rev()
         .find(|(_, f)| value as f64 / f >= 1.0)
         .copied()
-        .unwrap_or(BYTES[0])
+        .unwrap_or(units[0])
+}
+
+/// The unit pprof would print `value` bytes in: the largest no bigger than it (bytes for 0),
+/// its name and its size in bytes.
+pub fn bytes_unit(value: u64) -> (&'static str, f64) {
+    unit_in(&BYTES, value)
+}
+
+/// `value` nanoseconds in the unit that suits it (`1.50ms`).
+pub fn nanoseconds(value: u64) -> String {
+    Scale::of(&TIME, value).label(value)
 }
 
 /// `value` bytes in the unit that suits it (`512kB`).
@@ -35,25 +49,40 @@ pub fn bytes(value: u64) -> String {
 /// How the values of one table are printed.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Scale {
-    /// Plain numbers (samples, objects).
+    /// Plain numbers (samples, objects, waits).
     Plain,
-    /// Bytes divided by `factor`, followed by `name`.
+    /// Bytes or nanoseconds divided by `factor`, followed by `name`.
     Bytes { name: &'static str, factor: f64 },
 }
 
+/// The units values of `unit` are printed in, if it has any.
+fn units_of(unit: Unit) -> Option<&'static [(&'static str, f64)]> {
+    if unit.is_bytes() {
+        Some(&BYTES)
+    } else if unit.is_nanoseconds() {
+        Some(&TIME)
+    } else {
+        None
+    }
+}
+
 impl Scale {
+    /// The unit of `units` that suits `value`.
+    fn of(units: &'static [(&'static str, f64)], value: u64) -> Scale {
+        let (name, factor) = unit_in(units, value);
+        Scale::Bytes { name, factor }
+    }
+
     /// The unit of [`bytes_unit`].
     fn of_bytes(value: u64) -> Scale {
-        let (name, factor) = bytes_unit(value);
-        Scale::Bytes { name, factor }
+        Scale::of(&BYTES, value)
     }
 
     /// Each value of `unit` printed on its own, in the unit that suits it.
     pub fn label_alone(unit: Unit, value: u64) -> String {
-        if unit.is_bytes() {
-            bytes(value)
-        } else {
-            value.to_string()
+        match units_of(unit) {
+            Some(units) => Scale::of(units, value).label(value),
+            None => value.to_string(),
         }
     }
 
@@ -62,13 +91,13 @@ impl Scale {
     /// smallest value, or, when that is below a hundredth of the total and the total has a
     /// larger unit, the unit of a hundred times the smallest.
     pub fn for_table(unit: Unit, smallest: u64, total: u64) -> Scale {
-        if !unit.is_bytes() {
+        let Some(units) = units_of(unit) else {
             return Scale::Plain;
-        }
+        };
         let smallest = if smallest == 0 { total } else { smallest };
-        let (low, high) = (Scale::of_bytes(smallest), Scale::of_bytes(total));
+        let (low, high) = (Scale::of(units, smallest), Scale::of(units, total));
         if low != high && smallest.saturating_mul(100) < total {
-            Scale::of_bytes(smallest.saturating_mul(100))
+            Scale::of(units, smallest.saturating_mul(100))
         } else {
             low
         }

@@ -1,0 +1,269 @@
+//! Lock contention profiles (`CPUPROFILE_CONTENTION`, `/pprof/contention`, `/debug/pprof/mutex`
+//! and `/block`): known answers from `tests/c/contention_known.c` and
+//! `examples/contention_mutex.rs`, whose threads take one lock in turn, each holding it 1 ms
+//! asleep, and time their own waits. The profile's total delay must be within 20 % of what
+//! they measured, the waiting function on top, in our reader, google-pprof (`--total_delay`)
+//! and go tool pprof. The interposed calls keep glibc's answers (`semantics`); a forked child
+//! writes its own file.
+
+mod support;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use support::*;
+
+fn program() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let dir = scratch_dir("contention");
+            compile_c(
+                &dir,
+                "contention_known.c",
+                "contention_known",
+                &["-O2", "-pthread"],
+                false,
+            )
+        })
+        .clone()
+}
+
+/// `5.97s`, `597ms`, `12us`, `5.969 seconds` as seconds.
+fn seconds_in(text: &str) -> f64 {
+    let text = text.trim().trim_end_matches(" seconds");
+    for (suffix, scale) in [("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9), ("s", 1.0)] {
+        if let Some(number) = text.strip_suffix(suffix) {
+            return number.parse::<f64>().unwrap() * scale;
+        }
+    }
+    text.parse().unwrap()
+}
+
+/// The total delay `cpuprof top`, `google-pprof --text --total_delay` and `go tool pprof -top`
+/// read in `profile` of `binary`, with each reader's cumulative shares.
+fn readers(binary: &Path, profile: &Path) -> Vec<(&'static str, f64, String)> {
+    let file = profile.to_str().unwrap();
+    let ours = String::from_utf8_lossy(&run_ok(cli(), &["top", "--cum", "-n", "1000", file], &[]).stdout).into_owned();
+    let total = ours
+        .lines()
+        .find_map(|l| l.strip_prefix("Total: ")?.strip_suffix(" delay"))
+        .map(seconds_in)
+        .unwrap_or_else(|| panic!("no total in {ours}"));
+    let mut all = vec![("cpuprof top", total, ours)];
+    if require_tools(&["google-pprof", "go"]) {
+        let google = run_ok(
+            Path::new("google-pprof"),
+            &["--text", "--cum", "--total_delay", binary.to_str().unwrap(), file],
+            &[],
+        );
+        let google = String::from_utf8_lossy(&google.stdout).into_owned();
+        let total = google
+            .lines()
+            .find_map(|l| l.strip_prefix("Total: "))
+            .map(seconds_in)
+            .unwrap_or_else(|| panic!("no total in {google}"));
+        all.push(("google-pprof", total, google));
+        let go = run_ok(
+            Path::new("go"),
+            &[
+                "tool",
+                "pprof",
+                "-top",
+                "-cum",
+                "-nodecount=1000",
+                binary.to_str().unwrap(),
+                file,
+            ],
+            &[("HOME", std::env::temp_dir().to_str().unwrap())],
+        );
+        let go = String::from_utf8_lossy(&go.stdout).into_owned();
+        let total = go
+            .lines()
+            .find_map(|l| l.split("Total samples = ").nth(1)?.split_whitespace().next())
+            .map(seconds_in)
+            .unwrap_or_else(|| panic!("no total in {go}"));
+        all.push(("go tool pprof", total, go));
+    }
+    all
+}
+
+/// Asserts the known answer: the profile's delay within 20 % of `waited_ns` (what the
+/// program measured), and `waiter` on every chain.
+fn assert_known_answer(binary: &Path, profile: &Path, waited_ns: u64, waiter: &str) {
+    let truth = waited_ns as f64 / 1e9;
+    assert!(
+        truth > 1.0,
+        "the program waited only {truth} s: no contention to measure"
+    );
+    for (reader, total, table) in readers(binary, profile) {
+        assert!(
+            (total / truth - 1.0).abs() <= 0.2,
+            "{reader}: {total} s of delay, the program measured {truth} s\n{table}"
+        );
+        let share = share(&cum_percentages(&table), waiter);
+        assert!(share >= 95.0, "{reader}: {waiter} holds {share}% of the delay\n{table}");
+    }
+}
+
+fn contended(mode: &str, waiter: &str) {
+    let prog = program();
+    let profile = scratch_dir(&format!("contention_{mode}")).join("waits.txt");
+    let out = run_alone(
+        &prog,
+        &[mode, "4", "2", "1000"],
+        &[
+            ("LD_PRELOAD", lib().to_str().unwrap()),
+            ("CPUPROFILE_CONTENTION", profile.to_str().unwrap()),
+        ],
+    );
+    let waited: u64 = values(&out)["waited_ns"].parse().unwrap();
+    assert_known_answer(&prog, &profile, waited, waiter);
+}
+
+#[test]
+fn four_threads_on_one_pthread_mutex() {
+    contended("mutex", "take_mutex");
+}
+
+#[test]
+fn four_threads_on_one_rwlock_and_one_semaphore() {
+    contended("rwlock", "take_rwlock");
+    contended("sem", "take_sem");
+}
+
+#[test]
+fn four_threads_on_one_rust_std_mutex() {
+    let example = build_example("contention_mutex", &[]);
+    let profile = scratch_dir("contention_rust").join("waits.txt");
+    let out = run_alone(
+        &example,
+        &["4", "2", "1000"],
+        &[
+            ("LD_PRELOAD", lib().to_str().unwrap()),
+            ("CPUPROFILE_CONTENTION", profile.to_str().unwrap()),
+        ],
+    );
+    let waited: u64 = values(&out)["waited_ns"].parse().unwrap();
+    assert_known_answer(&example, &profile, waited, "take_std_mutex");
+}
+
+#[test]
+fn interposed_calls_answer_as_glibcs() {
+    let prog = program();
+    let plain = run_ok(&prog, &["semantics"], &[]);
+    let profile = scratch_dir("contention_semantics").join("waits.txt");
+    let profiled = run_alone(
+        &prog,
+        &["semantics"],
+        &[
+            ("LD_PRELOAD", lib().to_str().unwrap()),
+            ("CPUPROFILE_CONTENTION", profile.to_str().unwrap()),
+        ],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&profiled.stdout),
+        String::from_utf8_lossy(&plain.stdout)
+    );
+    let text = String::from_utf8_lossy(&plain.stdout);
+    for answer in [
+        "errorcheck_relock EDEADLK",
+        "timedlock_held ETIMEDOUT",
+        "sem_timedwait -1 ETIMEDOUT",
+    ] {
+        assert!(text.contains(answer), "{text}");
+    }
+    // The timed lock that timed out waited ~20 ms in lock_by.
+    let top = String::from_utf8_lossy(&run_ok(cli(), &["top", profile.to_str().unwrap()], &[]).stdout).into_owned();
+    assert!(top.contains("lock_by"), "{top}");
+}
+
+#[test]
+fn a_forked_child_writes_its_own_profile() {
+    let prog = program();
+    let dir = scratch_dir("contention_fork");
+    let profile = dir.join("waits.txt");
+    let out = run_alone(
+        &prog,
+        &["fork", "1", "1000"],
+        &[
+            ("LD_PRELOAD", lib().to_str().unwrap()),
+            ("CPUPROFILE_CONTENTION", profile.to_str().unwrap()),
+        ],
+    );
+    // The child's output comes first: two `waited_ns` lines, each ~1 s of two threads' waits.
+    let text = String::from_utf8_lossy(&out.stdout);
+    let waited: Vec<u64> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("waited_ns ")?.parse().ok())
+        .collect();
+    assert_eq!(waited.len(), 2, "{text}");
+    let child_file = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("waits.txt_"))
+        .expect("the child's file, waits.txt_PID");
+    for (file, truth) in [(&child_file, waited[0]), (&profile, waited[1])] {
+        let parsed = cpuprof::format::contention::ContentionProfile::parse(&std::fs::read(file).unwrap()).unwrap();
+        let delay = parsed.totals().0 as f64;
+        assert!(
+            (delay / truth as f64 - 1.0).abs() <= 0.2,
+            "{}: {delay} ns of delay, its process measured {truth}",
+            file.display()
+        );
+    }
+}
+
+#[test]
+fn contention_endpoints_serve_text_and_protobuf() {
+    let prog = program();
+    let dir = scratch_dir("contention_http");
+    let _alone = alone();
+    // On demand: no profile runs until the request.
+    let child = HttpChild::start(&prog, &["mutex", "4", "8", "1000"], &[]);
+    let (status, body) = http_exchange(
+        &child.address,
+        b"GET /pprof/contention?seconds=2 HTTP/1.1\r\nHost: x\r\n\r\n",
+        Duration::from_secs(60),
+    );
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let text = dir.join("on_demand.txt");
+    std::fs::write(&text, &body).unwrap();
+    // Four threads waiting ~3/4 of the time for 2 s: ~6 s of delay.
+    let (_, total, table) = readers(&prog, &text).remove(0);
+    assert!((4.0..8.0).contains(&total), "{total} s over 2 s\n{table}");
+    let (status, body) = http_exchange(
+        &child.address,
+        b"GET /debug/pprof/mutex?seconds=1 HTTP/1.1\r\nHost: x\r\n\r\n",
+        Duration::from_secs(60),
+    );
+    assert_eq!(status, 200);
+    let pb = dir.join("mutex.pb.gz");
+    std::fs::write(&pb, &body).unwrap();
+    if require_tools(&["go"]) {
+        let top = run_ok(
+            Path::new("go"),
+            &["tool", "pprof", "-top", pb.to_str().unwrap()],
+            &[("HOME", std::env::temp_dir().to_str().unwrap())],
+        );
+        let top = String::from_utf8_lossy(&top.stdout);
+        assert!(top.contains("Type: delay") && top.contains("take_mutex"), "{top}");
+    }
+    let (out, _) = child.finish();
+    assert!(out.status.success());
+    // Continuous (CPUPROFILE_CONTENTION): the profile so far.
+    let child = HttpChild::start(
+        &prog,
+        &["mutex", "4", "4", "1000"],
+        &[("CPUPROFILE_CONTENTION", dir.join("run.txt").to_str().unwrap())],
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let (status, body) = http_exchange(
+        &child.address,
+        b"GET /debug/pprof/block HTTP/1.1\r\nHost: x\r\n\r\n",
+        Duration::from_secs(60),
+    );
+    assert_eq!(status, 200);
+    assert!(body.len() > 100);
+    let (out, _) = child.finish();
+    assert!(out.status.success());
+    assert!(dir.join("run.txt").exists());
+}
