@@ -55,6 +55,18 @@ const CpuprofLabels *CpuprofLabelsIntern(const char *const keys_and_values[], in
  * CpuprofLabelsSwap(prev);  Async-signal-safe. */
 const CpuprofLabels *CpuprofLabelsSwap(const CpuprofLabels *set);
 
+/* Starts a contention profile (docs/CONTENTION.md): the waits of threads that block in
+ * pthread_mutex_lock, the reader-writer locks, semaphores and futex waits, one sampled per
+ * `period_ns` nanoseconds waited on average (0: the default, 1 ms), charged to the waiter's
+ * call chain; written to `fname` by CpuprofStopContention or at exit, in the format
+ * google-pprof and go tool pprof read. The same as CPUPROFILE_CONTENTION. Returns 1 on
+ * success, 0 if one runs or on error (on stderr). */
+int CpuprofStartContention(const char *fname, unsigned long long period_ns);
+
+/* Stops the contention profile and writes its file. Returns 1 if written, 0 if none ran or
+ * the file could not be written (on stderr). */
+int CpuprofStopContention(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -110,6 +110,19 @@ fn exports_exactly_the_profiler_h_functions() {
         // Labels on samples (issue 28): include/cpuprof.h.
         "CpuprofLabelsIntern",
         "CpuprofLabelsSwap",
+        // Where threads wait, for contention profiles (issue 29): tried first, timed when they
+        // would block; syscall for the futex waits of Rust's locks (C-variadic).
+        "pthread_mutex_lock",
+        "pthread_mutex_timedlock",
+        "pthread_mutex_clocklock",
+        "pthread_rwlock_rdlock",
+        "pthread_rwlock_wrlock",
+        "sem_wait",
+        "sem_timedwait",
+        "syscall",
+        // include/cpuprof.h: contention profiles started and written by the program.
+        "CpuprofStartContention",
+        "CpuprofStopContention",
     ];
     expected.sort();
     assert_eq!(exported, expected);

@@ -147,6 +147,16 @@ fn four_threads_on_one_rust_std_mutex() {
 }
 
 #[test]
+fn the_c_api_starts_and_writes_a_profile() {
+    let dir = scratch_dir("contention_api");
+    let prog = compile_c(&dir, "contention_known.c", "contention_api", &["-O2", "-pthread"], true);
+    let profile = dir.join("api.txt");
+    let out = run_alone(&prog, &["api", profile.to_str().unwrap()], &[]);
+    let waited: u64 = values(&out)["waited_ns"].parse().unwrap();
+    assert_known_answer(&prog, &profile, waited, "take_mutex");
+}
+
+#[test]
 fn interposed_calls_answer_as_glibcs() {
     let prog = program();
     let plain = run_ok(&prog, &["semantics"], &[]);

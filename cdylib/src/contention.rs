@@ -12,7 +12,8 @@
 //! glibc's `pthread_cond_wait` re-locks its mutex internally, without calling
 //! `pthread_mutex_lock`: that wait is not seen (docs/CONTENTION.md).
 //!
-//! `CPUPROFILE_CONTENTION=path` at load starts a profile written to `path` at exit.
+//! `CPUPROFILE_CONTENTION=path` at load (or `CpuprofStartContention`, include/cpuprof.h) starts
+//! a profile written to `path` at exit (or by `CpuprofStopContention`).
 
 use cpuprof_core::contention::{self, WaitKind};
 use std::ffi::{c_int, c_void, CStr};
@@ -51,8 +52,11 @@ const NAMES: [&CStr; 11] = [
 
 static NEXT: [AtomicUsize; 11] = [const { AtomicUsize::new(0) }; 11];
 
-/// Finds the functions passed on to. At load, before anything can lock.
+/// Finds the functions passed on to and gives the futex interposer its hooks. At load, before
+/// anything can lock.
 pub fn resolve() {
+    // SAFETY: registers two plain functions with the C interposer.
+    unsafe { cpuprof_set_futex_hooks(contention_running, futex_waited) };
     for (slot, name) in NEXT.iter().zip(NAMES) {
         if slot.load(Ordering::Relaxed) == 0 {
             // SAFETY: dlsym with a constant NUL-terminated name; RTLD_NEXT skips this library.
@@ -96,15 +100,17 @@ fn timed<R>(kind: WaitKind, block: impl FnOnce() -> R) -> R {
     result
 }
 
+unsafe extern "C" {
+    fn cpuprof_set_futex_hooks(running: extern "C" fn() -> c_int, waited: extern "C" fn(u64));
+}
+
 /// For the futex interposer (src/variadic.c): whether futex waits are timed.
-#[no_mangle]
-extern "C" fn cpuprof_contention_running() -> c_int {
+extern "C" fn contention_running() -> c_int {
     c_int::from(contention::is_running())
 }
 
 /// Called by the futex interposer (src/variadic.c) after a futex wait of `delay_ns`.
-#[no_mangle]
-extern "C" fn cpuprof_futex_waited(delay_ns: u64) {
+extern "C" fn futex_waited(delay_ns: u64) {
     // SAFETY: the calling thread's errno.
     let errno = unsafe { *libc::__errno_location() };
     contention::waited(cpuprof_core::arch::calling_registers(), delay_ns, WaitKind::Lock, 0);
@@ -276,9 +282,14 @@ static OUTPUT: std::sync::Mutex<Option<(u32, String)>> = std::sync::Mutex::new(N
 /// The end of the process: the profile's file (`path_PID` in a child forked from the process
 /// that started it, whose profile began empty at the fork).
 pub fn stop_at_exit() {
+    write_file();
+}
+
+/// Stops the profile started with a file and writes it; whether it was written.
+fn write_file() -> bool {
     // try_lock: in a forked child the lock may have stayed with a parent's thread.
     let Some((started_by, path)) = OUTPUT.try_lock().ok().and_then(|mut o| o.take()) else {
-        return;
+        return false;
     };
     let path = if started_by == std::process::id() {
         path
@@ -289,12 +300,51 @@ pub fn stop_at_exit() {
     let profile = contention::current(contention::ALL_WAITS);
     if let Err(e) = std::fs::write(&path, profile.to_text()) {
         cpuprof_core::say!("cpuprof: cannot write the contention profile {path}: {e}");
-    } else if profile.discarded > 0 {
+        return false;
+    }
+    if profile.discarded > 0 {
         cpuprof_core::say!(
             "cpuprof: contention profile: {} sampled waits found the table full and are not in {path}",
             profile.discarded
         );
     }
+    true
+}
+
+/// `include/cpuprof.h`: a contention profile into `fname`, written by
+/// [`CpuprofStopContention`] or at exit.
+///
+/// # Safety
+/// `fname` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn CpuprofStartContention(fname: *const std::ffi::c_char, period_ns: u64) -> c_int {
+    if fname.is_null() {
+        cpuprof_core::say!("cpuprof: CpuprofStartContention: file name is NULL");
+        return 0;
+    }
+    // SAFETY: the caller passes a NUL-terminated string.
+    let path = unsafe { CStr::from_ptr(fname) }.to_string_lossy().into_owned();
+    let period = if period_ns == 0 {
+        contention::DEFAULT_PERIOD_NS
+    } else {
+        period_ns
+    };
+    match contention::start(period) {
+        Ok(()) => {
+            *OUTPUT.lock().unwrap_or_else(|e| e.into_inner()) = Some((std::process::id(), path));
+            1
+        }
+        Err(e) => {
+            cpuprof_core::say!("cpuprof: CpuprofStartContention: {e}");
+            0
+        }
+    }
+}
+
+/// `include/cpuprof.h`: stops the contention profile and writes its file.
+#[no_mangle]
+pub extern "C" fn CpuprofStopContention() -> c_int {
+    c_int::from(write_file())
 }
 
 #[cfg(test)]

@@ -115,12 +115,21 @@ HIDDEN int cpuprof_clone(int (*fn)(void *), void *stack, int flags, void *arg, .
   return real(fn, stack, flags, arg, parent_tid, tls, child_tid);
 }
 
-/* contention.rs: whether a contention profile runs, and where a timed futex wait goes. */
-int cpuprof_contention_running(void);
-void cpuprof_futex_waited(uint64_t delay_ns);
+/* contention.rs: whether a contention profile runs, and where a timed futex wait goes; set at
+ * load (cpuprof_set_futex_hooks), before which futex waits are passed on untimed. */
+static int (*contention_running)(void);
+static void (*futex_waited)(uint64_t delay_ns);
 
 typedef long (*syscall_fn)(long, ...);
 static syscall_fn next_syscall;
+
+/* Also finds the next syscall at load: a first call from a signal handler must not dlsym. */
+HIDDEN void cpuprof_set_futex_hooks(int (*running)(void), void (*waited)(uint64_t)) {
+  if (__atomic_load_n(&next_syscall, __ATOMIC_RELAXED) == NULL)
+    __atomic_store_n(&next_syscall, (syscall_fn)dlsym(RTLD_NEXT, "syscall"), __ATOMIC_RELAXED);
+  __atomic_store_n(&futex_waited, waited, __ATOMIC_RELAXED);
+  __atomic_store_n(&contention_running, running, __ATOMIC_RELEASE);
+}
 
 static uint64_t monotonic_ns(void) {
   struct timespec ts;
@@ -154,10 +163,11 @@ HIDDEN long cpuprof_syscall(long number, ...) {
     next = (syscall_fn)dlsym(RTLD_NEXT, "syscall");
     __atomic_store_n(&next_syscall, next, __ATOMIC_RELAXED);
   }
-  if (number != SYS_futex || !is_futex_wait(b) || !cpuprof_contention_running())
+  int (*running)(void) = __atomic_load_n(&contention_running, __ATOMIC_ACQUIRE);
+  if (number != SYS_futex || !is_futex_wait(b) || running == NULL || !running())
     return next(number, a, b, c, d, e, f);
   uint64_t start = monotonic_ns();
   long result = next(number, a, b, c, d, e, f);
-  cpuprof_futex_waited(monotonic_ns() - start);
+  futex_waited(monotonic_ns() - start);
   return result;
 }

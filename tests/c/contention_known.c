@@ -18,6 +18,9 @@
  *                                              reader-writer lock held for reading twice.
  *   contention_known fork SECONDS HOLD_US      `mutex 2 SECONDS HOLD_US` in a forked child,
  *                                              then in the parent.
+ *   contention_known api FILE                  (built with -DUSE_API -lcpuprof) `mutex 4 1
+ *                                              1000` between CpuprofStartContention(FILE) and
+ *                                              CpuprofStopContention().
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -29,6 +32,9 @@
 #include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#ifdef USE_API
+#include <cpuprof.h>
+#endif
 
 static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
 static pthread_rwlock_t rwlock = PTHREAD_RWLOCK_INITIALIZER;
@@ -168,6 +174,14 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (argc == 2 && strcmp(argv[1], "semantics") == 0) return semantics();
+#ifdef USE_API
+  if (argc == 3 && strcmp(argv[1], "api") == 0) {
+    char *args[] = {argv[0], "mutex", "4", "1", "1000", NULL};
+    if (!CpuprofStartContention(argv[2], 0)) return 1;
+    int status = main(5, args);
+    return status | !CpuprofStopContention();
+  }
+#endif
   if (argc == 4 && strcmp(argv[1], "fork") == 0) {
     char *args[] = {argv[0], "mutex", "2", argv[2], argv[3], NULL};
     pid_t child = fork();

@@ -341,6 +341,7 @@ impl Stacks {
         }
         let mut out = Stacks::new(self.period_us);
         out.unit = self.unit;
+        out.event = self.event.clone();
         out.names = self.names.clone();
         out.removed = self.removed;
         out.filtered = true;

@@ -130,6 +130,7 @@ impl Analysis {
             cache: HashMap::default(),
         };
         let mut stacks = Stacks::new(profile.period_us);
+        stacks.event = profile.maps.event.clone();
         let mut lines: HashMap<String, HashMap<(String, u64), u64>> = HashMap::new();
         let mut families: Vec<FamilyTally> = FAMILIES.iter().map(|_| FamilyTally::default()).collect();
         let mut chain: Vec<Rc<Vec<Site>>> = Vec::new();

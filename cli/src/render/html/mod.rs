@@ -307,16 +307,27 @@ fn script_data(
 
 /// The document's head and the page header: title, totals and the navigation.
 fn heading(stacks: &Stacks, opts: &Options, comparison: &Comparison) -> String {
-    let seconds = stacks.total() as f64 * stacks.period_us as f64 / 1e6;
+    let per_sample = match &stacks.event {
+        Some(e) => format!(
+            "{} {} events at {} per sample",
+            stacks.total().saturating_mul(e.period),
+            escape(&e.name),
+            e.period
+        ),
+        None => format!(
+            "{:.2} s of CPU at {} us per sample",
+            stacks.total() as f64 * stacks.period_us as f64 / 1e6,
+            stacks.period_us
+        ),
+    };
     let mut html = String::new();
     let _ = write!(
         html,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
 <meta name=\"viewport\" content=\"width=device-width\"><title>cpuprof: {t}</title><style>{STYLE}</style></head>\n<body>\n\
-<header><h1>{t}</h1><p>{} samples, {seconds:.2} s of CPU at {} us per sample{}{}. Widths are samples; \
+<header><h1>{t}</h1><p>{} samples, {per_sample}{}{}. Widths are samples; \
 hover for numbers, click to zoom.</p>\n<nav>",
         stacks.total(),
-        stacks.period_us,
         if opts.filters.active() {
             format!("; the filters kept {} samples", stacks.kept())
         } else {
