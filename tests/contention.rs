@@ -184,6 +184,17 @@ fn interposed_calls_answer_as_glibcs() {
     // The timed lock that timed out waited ~20 ms in lock_by.
     let top = String::from_utf8_lossy(&run_ok(cli(), &["top", profile.to_str().unwrap()], &[]).stdout).into_owned();
     assert!(top.contains("lock_by"), "{top}");
+    // Commands that read CPU profiles only say so.
+    let list = std::process::Command::new(cli())
+        .args(["list", "lock_by", profile.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(list.status.code(), Some(1));
+    let message = String::from_utf8_lossy(&list.stderr);
+    assert!(
+        message.contains("a contention profile, where a CPU profile is needed"),
+        "{message}"
+    );
 }
 
 #[test]

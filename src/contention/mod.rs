@@ -24,6 +24,7 @@
 use crate::format::contention::{ContentionProfile, ContentionRecord};
 use crate::heap::sites::{Sites, MAX_DEPTH};
 use crate::heap::walker;
+pub use crate::heap::StartError;
 use crate::unwind::Registers;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
@@ -59,31 +60,11 @@ static STARTED_NS: AtomicU64 = AtomicU64::new(0);
 /// Waits recorded, and waits the table could not hold (counted in the file).
 static RECORDED: AtomicU64 = AtomicU64::new(0);
 
-/// Why a contention profile could not start.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StartError {
-    /// Its table (about 36 MiB of address space, committed as used) could not be mapped.
-    NoMemory,
-    /// A profile is already running.
-    Running,
-}
-
-impl std::fmt::Display for StartError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            StartError::NoMemory => write!(f, "cannot map the contention profile's table"),
-            StartError::Running => write!(f, "a contention profile is already running"),
-        }
-    }
-}
-
-impl std::error::Error for StartError {}
-
 /// Starts recording waits, about one per `period_ns` nanoseconds waited (at least 1: every
 /// wait). A restart forgets the previous profile. Not for the lock path.
 pub fn start(period_ns: u64) -> Result<(), StartError> {
     if RUNNING.load(Ordering::SeqCst) {
-        return Err(StartError::Running);
+        return Err(StartError::Running("contention"));
     }
     let table = match TABLE.get() {
         Some(t) => {
@@ -91,13 +72,12 @@ pub fn start(period_ns: u64) -> Result<(), StartError> {
             t
         }
         None => {
-            let made = Sites::map().ok_or(StartError::NoMemory)?;
+            let made = Sites::map().ok_or(StartError::NoMemory("contention"))?;
             TABLE.get_or_init(|| made)
         }
     };
     TABLE_PTR.store(table as *const Sites as *mut Sites, Ordering::Release);
-    walker::refresh_if_stale(WALK_DEPTH);
-    let _ = crate::unwind::safe_read::keep_open();
+    walker::prepare(WALK_DEPTH);
     STARTED_NS.store(now_ns(), Ordering::Relaxed);
     RECORDED.store(0, Ordering::Relaxed);
     PERIOD_NS.store(period_ns.max(1), Ordering::Relaxed);

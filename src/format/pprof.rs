@@ -174,32 +174,9 @@ impl Pprof {
         };
         pprof.comments.extend(process_comment(&profile.maps));
         pprof.comments.extend(event_comment(&profile.maps));
-        let mapping_of_entry;
-        (pprof.mappings, mapping_of_entry) = mappings_of(&profile.maps, &mut build_id);
-        let mut location_of_addr: HashMap<u64, usize> = HashMap::new();
+        let mut index = LocationIndex::new(&mut pprof, &profile.maps, &mut build_id);
         for s in &profile.samples {
-            let locations = s
-                .pcs
-                .iter()
-                .enumerate()
-                .map(|(i, &pc)| {
-                    let addr = if i == 0 { pc } else { pc.saturating_sub(1) };
-                    *location_of_addr.entry(addr).or_insert_with(|| {
-                        let mapping = profile
-                            .maps
-                            .entries
-                            .iter()
-                            .position(|e| e.contains(addr) && e.is_executable())
-                            .and_then(|i| mapping_of_entry.get(&i).copied());
-                        pprof.locations.push(Location {
-                            address: addr,
-                            mapping,
-                            frames: frames(addr),
-                        });
-                        pprof.locations.len() - 1
-                    })
-                })
-                .collect();
+            let locations = index.chain(&mut pprof, &s.pcs, true, &mut frames);
             let labels = labels(s.context.as_ref(), s.labels.as_ref(), &profile.maps.contexts, wall);
             pprof.samples.push(Sample {
                 locations,
@@ -380,12 +357,7 @@ impl<'m, W: Write> PprofWriter<'m, W> {
         if self.location_slots[at] != u32::MAX {
             return self.location_slots[at] as usize;
         }
-        let mapping = self
-            .maps
-            .entries
-            .iter()
-            .position(|e| e.contains(addr) && e.is_executable())
-            .and_then(|i| self.mapping_of_entry.get(&i).copied());
+        let mapping = mapping_at(self.maps, &self.mapping_of_entry, addr);
         for f in frames(addr) {
             let (function, file) = (self.names.id(&f.function), self.names.id(&f.file));
             self.frames.push((function, file, f.line));
@@ -504,6 +476,67 @@ impl<'m, W: Write> PprofWriter<'m, W> {
     }
 }
 
+/// The index in the message's mappings of the executable mapping of `maps` holding `addr`
+/// (`mapping_of_entry`: from [`mappings_of`]).
+fn mapping_at(maps: &Maps, mapping_of_entry: &HashMap<usize, usize>, addr: u64) -> Option<usize> {
+    maps.entries
+        .iter()
+        .position(|e| e.contains(addr) && e.is_executable())
+        .and_then(|i| mapping_of_entry.get(&i).copied())
+}
+
+/// The locations of a message being made: one per distinct address, with its mapping (among
+/// the executable mappings of `maps`) and its frames.
+struct LocationIndex<'m> {
+    maps: &'m Maps,
+    mapping_of_entry: HashMap<usize, usize>,
+    location_of: HashMap<u64, usize>,
+}
+
+impl<'m> LocationIndex<'m> {
+    /// Gives `pprof` the mappings of `maps` (`build_id` naming those without one recorded).
+    fn new(pprof: &mut Pprof, maps: &'m Maps, build_id: &mut impl FnMut(&str) -> String) -> Self {
+        let mapping_of_entry;
+        (pprof.mappings, mapping_of_entry) = mappings_of(maps, build_id);
+        LocationIndex {
+            maps,
+            mapping_of_entry,
+            location_of: HashMap::new(),
+        }
+    }
+
+    /// The locations of `chain` (innermost first), added to `pprof` when new: return addresses
+    /// moved onto their call (minus one), all but the first when `first_is_call`.
+    fn chain(
+        &mut self,
+        pprof: &mut Pprof,
+        chain: &[u64],
+        first_is_call: bool,
+        frames: &mut impl FnMut(u64) -> Vec<Frame>,
+    ) -> Vec<usize> {
+        chain
+            .iter()
+            .enumerate()
+            .map(|(i, &pc)| {
+                let addr = if i == 0 && first_is_call {
+                    pc
+                } else {
+                    pc.saturating_sub(1)
+                };
+                *self.location_of.entry(addr).or_insert_with(|| {
+                    let mapping = mapping_at(self.maps, &self.mapping_of_entry, addr);
+                    pprof.locations.push(Location {
+                        address: addr,
+                        mapping,
+                        frames: frames(addr),
+                    });
+                    pprof.locations.len() - 1
+                })
+            })
+            .collect()
+    }
+}
+
 /// Adds to `pprof` the mappings of `maps` and each of `chains` (innermost first, with its
 /// values in `pprof.values` order) as a sample, one location per distinct address; return
 /// addresses are moved onto their call (minus one), all of them, or all but the first when
@@ -516,34 +549,9 @@ pub(super) fn add_chains<'a>(
     frames: &mut impl FnMut(u64) -> Vec<Frame>,
     build_id: &mut impl FnMut(&str) -> String,
 ) {
-    let mapping_of_entry;
-    (pprof.mappings, mapping_of_entry) = mappings_of(maps, build_id);
-    let mut location_of: HashMap<u64, usize> = HashMap::new();
+    let mut index = LocationIndex::new(pprof, maps, build_id);
     for (stack, values) in chains {
-        let locations = stack
-            .iter()
-            .enumerate()
-            .map(|(i, &pc)| {
-                let addr = if i == 0 && first_is_call {
-                    pc
-                } else {
-                    pc.saturating_sub(1)
-                };
-                *location_of.entry(addr).or_insert_with(|| {
-                    let mapping = maps
-                        .entries
-                        .iter()
-                        .position(|e| e.contains(addr) && e.is_executable())
-                        .and_then(|i| mapping_of_entry.get(&i).copied());
-                    pprof.locations.push(Location {
-                        address: addr,
-                        mapping,
-                        frames: frames(addr),
-                    });
-                    pprof.locations.len() - 1
-                })
-            })
-            .collect();
+        let locations = index.chain(pprof, stack, first_is_call, frames);
         pprof.samples.push(Sample {
             locations,
             count: 0,

@@ -10,7 +10,7 @@ use super::blocks::Blocks;
 use super::countdown::Countdown;
 use super::sites::{size_class, SiteCounts, Sites, MAX_DEPTH};
 use crate::format::heap::{unsample, HeapCounts, HeapKind, HeapProfile, HeapRecord};
-use crate::unwind::{self, Registers};
+use crate::unwind::Registers;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -37,20 +37,21 @@ static PERIOD: AtomicU64 = AtomicU64::new(DEFAULT_PERIOD);
 static ALLOCATED: AtomicU64 = AtomicU64::new(0);
 static FREED: AtomicU64 = AtomicU64::new(0);
 
-/// Why a heap profile could not start.
+/// Why a heap or contention profile (`crate::contention`, whose table is of this kind) could
+/// not start; each names the profile (`"heap"`, `"contention"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StartError {
-    /// Its tables (about 40 MiB of address space, committed as used) could not be mapped.
-    NoMemory,
-    /// A profile is already running.
-    Running,
+    /// Its tables (tens of MiB of address space, committed as used) could not be mapped.
+    NoMemory(&'static str),
+    /// A profile of the kind is already running.
+    Running(&'static str),
 }
 
 impl std::fmt::Display for StartError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            StartError::NoMemory => write!(f, "cannot map the heap profile's tables"),
-            StartError::Running => write!(f, "a heap profile is already running"),
+            StartError::NoMemory(kind) => write!(f, "cannot map the {kind} profile's tables"),
+            StartError::Running(kind) => write!(f, "a {kind} profile is already running"),
         }
     }
 }
@@ -67,7 +68,7 @@ fn tables() -> Option<&'static Tables> {
 /// A restart forgets the previous profile. Not for the allocation path.
 pub fn start(period: u64) -> Result<(), StartError> {
     if RUNNING.load(Ordering::SeqCst) {
-        return Err(StartError::Running);
+        return Err(StartError::Running("heap"));
     }
     let tables = match TABLES.get() {
         Some(t) => {
@@ -77,16 +78,14 @@ pub fn start(period: u64) -> Result<(), StartError> {
         }
         None => {
             let made = Tables {
-                sites: Sites::map().ok_or(StartError::NoMemory)?,
-                blocks: Blocks::map().ok_or(StartError::NoMemory)?,
+                sites: Sites::map().ok_or(StartError::NoMemory("heap"))?,
+                blocks: Blocks::map().ok_or(StartError::NoMemory("heap"))?,
             };
             TABLES.get_or_init(|| made)
         }
     };
     TABLES_PTR.store(tables as *const Tables as *mut Tables, Ordering::Release);
-    super::walker::refresh_if_stale(WALK_DEPTH);
-    // Stack memory of threads not yet known is read through /proc/self/mem.
-    let _ = unwind::safe_read::keep_open();
+    super::walker::prepare(WALK_DEPTH);
     ALLOCATED.store(0, Ordering::Relaxed);
     FREED.store(0, Ordering::Relaxed);
     PERIOD.store(period.max(1), Ordering::Relaxed);

@@ -61,6 +61,14 @@ pub fn refresh_if_stale(depth: usize) {
     drop(unsafe { Box::from_raw(old) });
 }
 
+/// Makes walks possible before a profile starts: the snapshot built (or rebuilt if stale), and
+/// `/proc/self/mem` kept open, through which stack memory of threads not yet known is read.
+/// Not for the allocation or lock path.
+pub fn prepare(depth: usize) {
+    refresh_if_stale(depth);
+    let _ = unwind::safe_read::keep_open();
+}
+
 /// The call chain at `regs` (the calling thread's registers) into `out`, PC first.
 /// Async-signal-safe.
 pub fn walk(regs: Registers, out: &mut [u64]) -> usize {

@@ -8,8 +8,8 @@
 //! or with `?seconds=N` what the next N seconds added (Go's handlers' delta). Without one, the
 //! request takes one for `?seconds=N` (30 by default, as the CPU profile) and answers it.
 
-use super::endpoints::{parse_seconds, ClientWatch};
-use super::request::{query_param, Request, Response};
+use super::endpoints::{optional_seconds, ClientWatch};
+use super::request::{Request, Response};
 use crate::contention::{self, WaitKind, ALL_WAITS};
 use crate::format::contention::{ContentionProfile, ContentionRecord};
 use crate::symbolize::Symbolizer;
@@ -37,12 +37,9 @@ pub(super) fn serve(req: &Request, answer: Answer, client_gone: ClientWatch) -> 
         Answer::Protobuf { block: false } => &[WaitKind::Lock],
         _ => ALL_WAITS,
     };
-    let seconds = match query_param(&req.query, "seconds") {
-        None => None,
-        Some(v) => match parse_seconds(Some(v)) {
-            Ok(s) => Some(s),
-            Err(message) => return Response::text(400, message),
-        },
+    let seconds = match optional_seconds(req) {
+        Ok(s) => s,
+        Err(response) => return response,
     };
     let started = SystemTime::now();
     let taken = if contention::is_running() && !TAKING.load(Ordering::Acquire) {

@@ -172,6 +172,14 @@ fn profile(req: &Request, encoding: Encoding, event: Option<Event>, client_gone:
     }
 }
 
+/// `?seconds=N` where it is optional (a delta of a running profile): `None` without it, a 400
+/// answer for a bad value.
+pub(super) fn optional_seconds(req: &Request) -> Result<Option<u64>, Response> {
+    query_param(&req.query, "seconds")
+        .map(|v| parse_seconds(Some(v)).map_err(|message| Response::text(400, message)))
+        .transpose()
+}
+
 pub(super) fn parse_seconds(value: Option<&str>) -> Result<u64, String> {
     let Some(value) = value else { return Ok(DEFAULT_SECONDS) };
     match value.parse::<u64>() {

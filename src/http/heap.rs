@@ -10,8 +10,8 @@
 //!   types (`inuse_space` and `alloc_space` the defaults); `?seconds=N` gives the difference
 //!   over the next N seconds, as Go's handler does; `?gc=` is accepted and ignored.
 
-use super::endpoints::{parse_seconds, ClientWatch};
-use super::request::{query_param, Request, Response};
+use super::endpoints::{optional_seconds, ClientWatch};
+use super::request::{Request, Response};
 use crate::format::heap::{heap_pprof, HeapCounts, HeapKind, HeapProfile, HeapRecord};
 use crate::heap;
 use crate::symbolize::Symbolizer;
@@ -121,12 +121,9 @@ pub(super) fn protobuf(req: &Request, allocs: bool, client_gone: ClientWatch) ->
     if !heap::is_running() {
         return not_running();
     }
-    let seconds = match query_param(&req.query, "seconds") {
-        None => None,
-        Some(v) => match parse_seconds(Some(v)) {
-            Ok(s) => Some(s),
-            Err(message) => return Response::text(400, message),
-        },
+    let seconds = match optional_seconds(req) {
+        Ok(s) => s,
+        Err(response) => return response,
     };
     let started = SystemTime::now();
     let first = heap::profile();

@@ -35,8 +35,11 @@ pub fn db(a: DbArgs) -> Result<u8> {
 
 pub fn dump(a: DumpArgs) -> Result<u8> {
     let source = input::Source::open(&a.file)?;
-    if heap::is_heap(&source)? || input::contention::is_contention(&source)? {
+    if heap::is_heap(&source)? {
         return Err(heap::not_for_heap(&a.file));
+    }
+    if input::contention::is_contention(&source)? {
+        return Err(input::contention::not_for_contention(&a.file));
     }
     let (profile, defect) = source
         .parse_lenient()?

@@ -78,6 +78,16 @@ pub fn lines(profile: &ContentionProfile, value: ContentionValue) -> impl Iterat
     profile.records.iter().map(move |r| (r.count, value.of(r)))
 }
 
+/// The error of a command (or a comparison) that needs a CPU profile, given the contention
+/// profile `file`.
+pub fn not_for_contention(file: &Path) -> Error {
+    Error::Input(format!(
+        "{}: a contention profile, where a CPU profile is needed (contention profiles are read by top, peek, \
+         collapse, flamegraph, convert --to pprof, diff and check, and compared with contention profiles only)",
+        file.display()
+    ))
+}
+
 /// What `check` says of a contention profile.
 pub fn check(profile: &ContentionProfile) -> String {
     let (delay, count) = profile.totals();

@@ -103,8 +103,8 @@ pub fn value(index: Option<SampleValue>, file: &Path) -> Result<HeapValue> {
 /// `file`.
 pub fn not_for_heap(file: &Path) -> Error {
     Error::Input(format!(
-        "{}: a heap or contention profile, where a CPU profile is needed (those are read by top, peek, \
-         collapse, flamegraph, report, convert --to pprof, diff and check, and compared with their kind only)",
+        "{}: a heap profile, where a CPU profile is needed (heap profiles are read by top, peek, collapse, \
+         flamegraph, report, convert --to pprof, diff and check, and compared with heap profiles only)",
         file.display()
     ))
 }

@@ -190,8 +190,11 @@ impl ChainSet {
 /// Whether `source` is something to read as a raw profile: not empty, and not a heap profile
 /// (which the commands reading stacks take, through [`crate::input::heap`]).
 fn not_empty(file: &Path, source: &Source) -> Result<()> {
-    if crate::input::heap::is_heap(source)? || crate::input::contention::is_contention(source)? {
+    if crate::input::heap::is_heap(source)? {
         return Err(crate::input::heap::not_for_heap(file));
+    }
+    if crate::input::contention::is_contention(source)? {
+        return Err(crate::input::contention::not_for_contention(file));
     }
     if source.len()? == 0 {
         return Err(format!(
