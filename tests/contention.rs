@@ -1,6 +1,6 @@
-//! Lock contention profiles (`CPUPROFILE_CONTENTION`, `/pprof/contention`, `/debug/pprof/mutex`
-//! and `/block`): known answers from `tests/c/contention_known.c` and
-//! `examples/contention_mutex.rs`, whose threads take one lock in turn, each holding it 1 ms
+//! Lock contention profiles (`CPUPROFILE_CONTENTION`, `CpuprofStartContention`,
+//! `cpuprof::contention::Mutex`, `/pprof/contention`, `/debug/pprof/mutex` and `/block`): known
+//! answers from `tests/c/contention_known.c` and `examples/contention_mutex.rs`, whose threads take one lock in turn, each holding it 1 ms
 //! asleep, and time their own waits. The profile's total delay must be within 20 % of what
 //! they measured, the waiting function on top, in our reader, google-pprof (`--total_delay`)
 //! and go tool pprof. The interposed calls keep glibc's answers (`semantics`); a forked child
@@ -144,6 +144,15 @@ fn four_threads_on_one_rust_std_mutex() {
     );
     let waited: u64 = values(&out)["waited_ns"].parse().unwrap();
     assert_known_answer(&example, &profile, waited, "take_std_mutex");
+}
+
+#[test]
+fn a_rust_program_without_preloading_profiles_its_own_mutex() {
+    let example = build_example("contention_mutex", &[]);
+    let profile = scratch_dir("contention_rust_wrapper").join("waits.txt");
+    let out = run_alone(&example, &["4", "2", "1000", profile.to_str().unwrap()], &[]);
+    let waited: u64 = values(&out)["waited_ns"].parse().unwrap();
+    assert_known_answer(&example, &profile, waited, "take_cpuprof_mutex");
 }
 
 #[test]

@@ -6,6 +6,9 @@
 //! without pthreads) try first and time only the calls that would block, then report the delay
 //! here ([`waited`]). An uncontended lock costs a load of [`RUNNING`] and the try.
 //!
+//! A Rust program that uses the crate without the library gets its `std::sync::Mutex` waits
+//! through [`Mutex`], a wrapper that does the same, with [`start`] and [`current`].
+//!
 //! **Sampling by delay**, so a lock storm cannot flood the profile: a wait of `d` ns is
 //! recorded with probability `min(1, d / period)` (`CPUPROFILE_CONTENTION_PERIOD`, 1 ms by
 //! default), and a recorded wait stands for `max(d, period)` ns and `max(1, period / d)` waits
@@ -20,6 +23,10 @@
 //! its own, refreshed at each start and read), and entered in a site table of the heap
 //! profile's kind (`heap::sites`), lock-free and allocation-free: the lock path follows the
 //! signal handler's rules (no allocation, no lock, no system call but the clock reads).
+
+mod mutex;
+
+pub use mutex::Mutex;
 
 use crate::format::contention::{ContentionProfile, ContentionRecord};
 use crate::heap::sites::{Sites, MAX_DEPTH};
