@@ -71,7 +71,7 @@ fn main() -> std::io::Result<()> {
             cpuprof::contention::start(cpuprof::contention::DEFAULT_PERIOD_NS).map_err(std::io::Error::other)?;
             let waited = contend(threads, seconds, hold, &|| take_cpuprof_mutex(&lock));
             cpuprof::contention::stop();
-            let profile = cpuprof::contention::current(cpuprof::contention::ALL_WAITS);
+            let profile = cpuprof::contention::current();
             profile.write_text(&mut std::fs::File::create(file)?)?;
             waited
         }

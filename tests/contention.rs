@@ -208,12 +208,26 @@ fn interposed_calls_answer_as_glibcs() {
 
 #[test]
 fn a_forked_child_writes_its_own_profile() {
+    forked_child_writes("fork");
+}
+
+/// The child becomes nobody (so it could not create a file in the test's directory) and ends
+/// with `_exit` (no atexit handlers): its file was created at the fork, and is written at
+/// `_exit` without allocating.
+#[test]
+fn a_child_that_drops_root_and_ends_with_exit_keeps_its_profile() {
+    if require_root("a child that becomes nobody") {
+        forked_child_writes("drop");
+    }
+}
+
+fn forked_child_writes(mode: &str) {
     let prog = program();
-    let dir = scratch_dir("contention_fork");
+    let dir = scratch_dir(&format!("contention_{mode}"));
     let profile = dir.join("waits.txt");
     let out = run_alone(
         &prog,
-        &["fork", "1", "1000"],
+        &[mode, "1", "1000"],
         &[
             ("LD_PRELOAD", lib().to_str().unwrap()),
             ("CPUPROFILE_CONTENTION", profile.to_str().unwrap()),

@@ -15,8 +15,10 @@
 //! `CPUPROFILE_CONTENTION=path` at load (or `CpuprofStartContention`, include/cpuprof.h) starts
 //! a profile written to `path` at exit (or by `CpuprofStopContention`).
 
-use cpuprof_core::contention::{self, WaitKind};
-use std::ffi::{c_int, c_void, CStr};
+use cpuprof_core::contention;
+use cpuprof_core::in_program::fd::GuardedFd;
+use cpuprof_core::in_program::messages;
+use std::ffi::{c_int, c_void, CStr, CString};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The functions passed on to, found with `dlsym(RTLD_NEXT)` at load (and at first use, for a
@@ -88,13 +90,13 @@ unsafe fn next<F: Copy>(which: Next) -> F {
 /// Runs `block` (the blocking call) timed, and hands the delay to the profile; `errno` stays
 /// as `block` left it.
 #[inline(never)]
-fn timed<R>(kind: WaitKind, block: impl FnOnce() -> R) -> R {
+fn timed<R>(block: impl FnOnce() -> R) -> R {
     let start = contention::now_ns();
     let result = block();
     let delay = contention::now_ns().saturating_sub(start);
     // SAFETY: the calling thread's errno.
     let errno = unsafe { *libc::__errno_location() };
-    contention::waited(cpuprof_core::arch::calling_registers(), delay, kind, 0);
+    contention::waited(cpuprof_core::arch::calling_registers(), delay, 0);
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
     result
@@ -113,7 +115,7 @@ extern "C" fn contention_running() -> c_int {
 extern "C" fn futex_waited(delay_ns: u64) {
     // SAFETY: the calling thread's errno.
     let errno = unsafe { *libc::__errno_location() };
-    contention::waited(cpuprof_core::arch::calling_registers(), delay_ns, WaitKind::Lock, 0);
+    contention::waited(cpuprof_core::arch::calling_registers(), delay_ns, 0);
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
 }
@@ -125,7 +127,7 @@ type ClockLock = unsafe extern "C" fn(*mut c_void, libc::clockid_t, *const libc:
 /// A lock call: passed on when no profile runs; tried first, and timed only if the try finds
 /// the lock taken (`busy` is the try's answer then).
 macro_rules! lock_interposer {
-    ($name:ident, $next:expr, $try:expr, $busy:expr, $kind:expr, ($($arg:ident: $ty:ty),*), $f:ty) => {
+    ($name:ident, $next:expr, $try:expr, $busy:expr, ($($arg:ident: $ty:ty),*), $f:ty) => {
         /// Interposed for the contention profile (see the module's documentation).
         ///
         /// # Safety
@@ -140,7 +142,7 @@ macro_rules! lock_interposer {
             if tried != $busy {
                 return tried;
             }
-            timed($kind, || call(lock $(, $arg)*))
+            timed(|| call(lock $(, $arg)*))
         }
     };
 }
@@ -150,7 +152,6 @@ lock_interposer!(
     Next::MutexLock,
     Next::MutexTrylock,
     libc::EBUSY,
-    WaitKind::Lock,
     (),
     Lock
 );
@@ -159,7 +160,6 @@ lock_interposer!(
     Next::MutexTimedlock,
     Next::MutexTrylock,
     libc::EBUSY,
-    WaitKind::Lock,
     (deadline: *const libc::timespec),
     TimedLock
 );
@@ -168,7 +168,6 @@ lock_interposer!(
     Next::MutexClocklock,
     Next::MutexTrylock,
     libc::EBUSY,
-    WaitKind::Lock,
     (clock: libc::clockid_t, deadline: *const libc::timespec),
     ClockLock
 );
@@ -177,7 +176,6 @@ lock_interposer!(
     Next::RwlockRdlock,
     Next::RwlockTryrdlock,
     libc::EBUSY,
-    WaitKind::Lock,
     (),
     Lock
 );
@@ -186,7 +184,6 @@ lock_interposer!(
     Next::RwlockWrlock,
     Next::RwlockTrywrlock,
     libc::EBUSY,
-    WaitKind::Lock,
     (),
     Lock
 );
@@ -204,7 +201,7 @@ unsafe fn semaphore(sem: *mut c_void, call: impl FnOnce() -> c_int) -> c_int {
     if unsafe { *libc::__errno_location() } != libc::EAGAIN {
         return call();
     }
-    timed(WaitKind::Semaphore, call)
+    timed(call)
 }
 
 /// Interposed for the contention profile (see the module's documentation).
@@ -256,14 +253,11 @@ pub fn start_from_environment() {
     let file = if use_pid {
         format!("{path}_{}", std::process::id())
     } else {
-        path
+        path.clone()
     };
-    match contention::start(period) {
-        Ok(()) => {
-            *OUTPUT.lock().unwrap_or_else(|e| e.into_inner()) = Some((std::process::id(), file.clone()));
-            cpuprof_core::say!("cpuprof: contention profile to {file}, a sample per {period} ns waited");
-        }
-        Err(e) => cpuprof_core::say!("cpuprof: contention profile: {e}"),
+    match start_with_file(&file, &path, period) {
+        Ok(()) => cpuprof_core::say!("cpuprof: contention profile to {file}, a sample per {period} ns waited"),
+        Err(e) => cpuprof_core::say!("cpuprof: contention profile: {e}; the program continues without one"),
     }
 }
 
@@ -275,40 +269,196 @@ fn parse_period(text: &str) -> Option<u64> {
         .filter(|n| (1..=1_000_000_000_000).contains(n))
 }
 
-/// Where the profile started from the environment goes at exit, and the process that started
-/// it.
-static OUTPUT: std::sync::Mutex<Option<(u32, String)>> = std::sync::Mutex::new(None);
+/// Where a contention profile started with a file goes. The file is created when the profile
+/// starts (in a child forked from the process, at the fork), so that a process that drops its
+/// privileges afterwards (nginx's and postgres' workers) still has it, and it is written
+/// through that descriptor at the end.
+struct Output {
+    /// The process the file belongs to (a vfork'ed child, which shares this memory, does not
+    /// write it).
+    pid: u32,
+    path: CString,
+    /// The name the process tree's files share (`CPUPROFILE_CONTENTION`): a forked child's is
+    /// `base_PID`, as every other process's of the tree.
+    base: CString,
+    file: GuardedFd,
+    /// Created at a fork: removed again if the child recorded nothing (a shell forks often).
+    forked: bool,
+}
 
-/// The end of the process: the profile's file (`path_PID` in a child forked from the process
-/// that started it, whose profile began empty at the fork).
+static OUTPUT: std::sync::Mutex<Option<Output>> = std::sync::Mutex::new(None);
+
+/// Creates `path` (truncated, a symbolic link not followed) as a descriptor of ours.
+fn create(path: &CStr) -> std::io::Result<GuardedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: opens a NUL-terminated path; the descriptor is owned below.
+    let fd = unsafe {
+        libc::open(
+            path.as_ptr(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+            0o644,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor just opened, owned by nobody else.
+    let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    GuardedFd::adopt(owned, format!("the contention profile {}", path.to_string_lossy()))
+}
+
+/// Creates `path` and starts a profile written there at the end; forked children write
+/// `base_PID`.
+fn start_with_file(path: &str, base: &str, period: u64) -> Result<(), String> {
+    let nul = |p: &str| CString::new(p).map_err(|_| format!("{p:?}: a file name with a NUL byte"));
+    let (c_path, base) = (nul(path)?, nul(base)?);
+    let file = create(&c_path).map_err(|e| format!("cannot create {path}: {e}"))?;
+    contention::start(period).map_err(|e| e.to_string())?;
+    *OUTPUT.lock().unwrap_or_else(|e| e.into_inner()) = Some(Output {
+        pid: std::process::id(),
+        path: c_path,
+        base,
+        file,
+        forked: false,
+    });
+    static FORKS_FOLLOWED: std::sync::Once = std::sync::Once::new();
+    // SAFETY: registers a plain function to run in forked children.
+    FORKS_FOLLOWED.call_once(|| unsafe {
+        libc::pthread_atfork(None, None, Some(in_forked_child));
+    });
+    Ok(())
+}
+
+/// In a child forked while a profile with a file runs: its own file, `path_PID`, created now
+/// (its profile started empty at the fork: `contention::forget_in_child`). Never waits: the
+/// lock may have stayed with a parent's thread.
+extern "C" fn in_forked_child() {
+    let Ok(mut output) = OUTPUT.try_lock() else { return };
+    let Some(parent) = output.as_ref().filter(|_| contention::is_running()) else {
+        return;
+    };
+    let pid = std::process::id();
+    let mut path = parent.base.as_bytes().to_vec();
+    path.extend_from_slice(format!("_{pid}").as_bytes());
+    let Ok(path) = CString::new(path) else { return };
+    let base = parent.base.clone();
+    *output = match create(&path) {
+        Ok(file) => Some(Output {
+            pid,
+            path,
+            base,
+            file,
+            forked: true,
+        }),
+        Err(e) => {
+            // Said by every process: a worker is rarely the process the user started.
+            messages::say_for_tree(format_args!(
+                "cpuprof: process {pid}: cannot create the contention profile {}: {e}",
+                path.to_string_lossy()
+            ));
+            None
+        }
+    };
+}
+
+/// The end of the process (atexit): the profile's file.
 pub fn stop_at_exit() {
     write_file();
 }
 
-/// Stops the profile started with a file and writes it; whether it was written.
+/// Stops the profile started with a file and writes it, with the build-ids of the code;
+/// whether it was written. A forked child that recorded nothing removes its file instead.
 fn write_file() -> bool {
-    // try_lock: in a forked child the lock may have stayed with a parent's thread.
-    let Some((started_by, path)) = OUTPUT.try_lock().ok().and_then(|mut o| o.take()) else {
+    let Some(output) = OUTPUT.try_lock().ok().and_then(|mut o| o.take()) else {
         return false;
     };
-    let path = if started_by == std::process::id() {
-        path
-    } else {
-        format!("{path}_{}", std::process::id())
-    };
+    if output.pid != std::process::id() {
+        return false;
+    }
     contention::stop();
-    let profile = contention::current(contention::ALL_WAITS);
-    if let Err(e) = std::fs::write(&path, profile.to_text()) {
-        cpuprof_core::say!("cpuprof: cannot write the contention profile {path}: {e}");
+    let profile = contention::current();
+    let path = output.path.to_string_lossy().into_owned();
+    if output.forked && profile.records.is_empty() {
+        // SAFETY: unlinks a NUL-terminated path.
+        unsafe { libc::unlink(output.path.as_ptr()) };
+        return true;
+    }
+    let text = profile.to_text();
+    let written = if output.file.is_still_ours() {
+        let fd = output.file.raw();
+        // SAFETY: our own descriptor, just checked; writes our own bytes.
+        let truncated = unsafe { libc::ftruncate(fd, 0) } == 0;
+        truncated && write_all_at(fd, &text)
+    } else {
+        // The program closed or reused our descriptor: by the path, if it can still be opened.
+        std::fs::write(&path, &text).is_ok()
+    };
+    if !written {
+        messages::say_for_tree(format_args!(
+            "cpuprof: process {}: cannot write the contention profile {path}: {}",
+            std::process::id(),
+            std::io::Error::last_os_error()
+        ));
         return false;
     }
     if profile.discarded > 0 {
-        cpuprof_core::say!(
+        messages::say_for_tree(format_args!(
             "cpuprof: contention profile: {} sampled waits found the table full and are not in {path}",
             profile.discarded
-        );
+        ));
     }
     true
+}
+
+/// Writes `bytes` to `fd` from offset 0.
+fn write_all_at(fd: c_int, bytes: &[u8]) -> bool {
+    let mut done = 0;
+    while done < bytes.len() {
+        // SAFETY: writes from our own slice.
+        let n = unsafe { libc::pwrite(fd, bytes[done..].as_ptr().cast(), bytes.len() - done, done as i64) };
+        if n < 0 {
+            // SAFETY: the thread's errno.
+            if unsafe { *libc::__errno_location() } == libc::EINTR {
+                continue;
+            }
+            return false;
+        }
+        done += n as usize;
+    }
+    true
+}
+
+/// `_exit`, `_Exit`, `quick_exit`: the file written without allocating or locking (the call
+/// may come from a signal handler that interrupted `malloc`), with no build-id lines; a forked
+/// child that recorded nothing removes its file. Nothing in a vfork'ed child, which shares the
+/// parent's memory. Async-signal-safe.
+pub fn before_exit() {
+    let Ok(mut output) = OUTPUT.try_lock() else { return };
+    if output.as_ref().is_none_or(|o| o.pid != std::process::id()) {
+        return;
+    }
+    // Forgotten, not dropped: dropping would free its path, and free is not safe here.
+    let Some(output) = output.take() else { return };
+    contention::stop();
+    if output.forked && contention::is_empty() {
+        // SAFETY: unlinks a NUL-terminated path.
+        unsafe { libc::unlink(output.path.as_ptr()) };
+    } else if output.file.is_still_ours() {
+        contention::raw_writer::write(output.file.raw());
+    }
+    std::mem::forget(output);
+}
+
+/// Before an exec: the file written as at `_exit` (the new program writes its own,
+/// `path_PID`), the profile left running in case the exec fails (the file is written again at
+/// the end). Async-signal-safe.
+pub fn before_exec() {
+    let Ok(output) = OUTPUT.try_lock() else { return };
+    if let Some(o) = output.as_ref().filter(|o| o.pid == std::process::id()) {
+        if o.file.is_still_ours() {
+            contention::raw_writer::write(o.file.raw());
+        }
+    }
 }
 
 /// `include/cpuprof.h`: a contention profile into `fname`, written by
@@ -329,11 +479,8 @@ pub unsafe extern "C" fn CpuprofStartContention(fname: *const std::ffi::c_char, 
     } else {
         period_ns
     };
-    match contention::start(period) {
-        Ok(()) => {
-            *OUTPUT.lock().unwrap_or_else(|e| e.into_inner()) = Some((std::process::id(), path));
-            1
-        }
+    match start_with_file(&path, &path, period) {
+        Ok(()) => 1,
         Err(e) => {
             cpuprof_core::say!("cpuprof: CpuprofStartContention: {e}");
             0

@@ -468,6 +468,7 @@ unsafe fn end_with(which: Real, status: c_int) -> ! {
 #[no_mangle]
 pub unsafe extern "C" fn _exit(status: c_int) -> ! {
     process_end::before_exit();
+    contention::before_exit();
     end_with(Real::Exit, status)
 }
 
@@ -478,6 +479,7 @@ pub unsafe extern "C" fn _exit(status: c_int) -> ! {
 #[no_mangle]
 pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
     process_end::before_exit();
+    contention::before_exit();
     end_with(Real::UpperExit, status)
 }
 
@@ -488,6 +490,7 @@ pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
 #[no_mangle]
 pub unsafe extern "C" fn quick_exit(status: c_int) -> ! {
     process_end::before_exit();
+    contention::before_exit();
     end_with(Real::QuickExit, status)
 }
 
@@ -497,6 +500,7 @@ type Argv = *const *const c_char;
 /// module's comment), and restores profiling if the exec fails (errno kept).
 unsafe fn exec_with(real: usize, call: impl FnOnce() -> c_int) -> c_int {
     let prepared = process_end::before_exec(real as u64);
+    contention::before_exec();
     let rc = call();
     if let Some(prepared) = prepared {
         prepared.exec_failed();

@@ -25,6 +25,7 @@
 //! signal handler's rules (no allocation, no lock, no system call but the clock reads).
 
 mod mutex;
+pub mod raw_writer;
 
 pub use mutex::Mutex;
 
@@ -41,18 +42,6 @@ use std::sync::OnceLock;
 pub const DEFAULT_PERIOD_NS: u64 = 1_000_000;
 /// Frames a walk keeps: the chain's and the few of ours above it.
 const WALK_DEPTH: usize = MAX_DEPTH + 8;
-
-/// What kind of wait a line is (the site table's class): a lock's, or any other wait on a
-/// synchronisation object (semaphores).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u64)]
-pub enum WaitKind {
-    /// A mutex or a reader-writer lock (pthread's), or a futex wait (Rust's locks, which a
-    /// futex wait cannot tell from Rust's other waits: condition variables, `park`).
-    Lock = 0,
-    /// A semaphore.
-    Semaphore = 1,
-}
 
 static TABLE: OnceLock<Sites> = OnceLock::new();
 /// The table once mapped, for the lock path (a load, no `OnceLock` state machine).
@@ -99,6 +88,21 @@ pub fn forget_in_child() {
         table.clear();
     }
     STARTED_NS.store(now_ns(), Ordering::Relaxed);
+}
+
+/// The table, once a profile has started. Async-signal-safe: one load.
+fn table() -> Option<&'static Sites> {
+    // SAFETY: set once from a `'static` OnceLock value, never freed.
+    unsafe { TABLE_PTR.load(Ordering::Acquire).as_ref() }
+}
+
+/// Whether the profile holds no wait. Async-signal-safe.
+pub fn is_empty() -> bool {
+    let mut empty = true;
+    if let Some(table) = table() {
+        table.for_each(|_, _, counts| empty &= counts.alloc_objects == 0);
+    }
+    empty
 }
 
 /// Stops recording; the profile stays readable ([`profile`]) until the next start.
@@ -155,15 +159,14 @@ fn weigh(delay_ns: u64, period_ns: u64, u: f64, v: f64) -> Option<(u64, u64)> {
 /// allocation, no lock.
 #[inline(never)]
 #[cold]
-pub fn waited(regs: Registers, delay_ns: u64, kind: WaitKind, skip: usize) {
+pub fn waited(regs: Registers, delay_ns: u64, skip: usize) {
     if !is_running() || crate::in_program::thread::is_own_thread() {
         return;
     }
     let Some((delay, count)) = weigh(delay_ns, PERIOD_NS.load(Ordering::Relaxed), uniform(), uniform()) else {
         return;
     };
-    // SAFETY: set once from a `'static` OnceLock value, never freed.
-    let Some(table) = (unsafe { TABLE_PTR.load(Ordering::Acquire).as_ref() }) else {
+    let Some(table) = table() else {
         return;
     };
     let mut frames = [0u64; WALK_DEPTH];
@@ -174,24 +177,22 @@ pub fn waited(regs: Registers, delay_ns: u64, kind: WaitKind, skip: usize) {
         .take_while(|&&pc| crate::heap::recorder::is_own_code(pc))
         .count();
     let chain = &frames[skip + own..n];
-    if let Some(site) = table.entry(chain, kind as u64) {
+    if let Some(site) = table.entry(chain, 0) {
         table.add(site, count, delay);
         RECORDED.fetch_add(1, Ordering::Relaxed);
     }
 }
 
-/// The profile so far: one line per call chain of `kinds` (chains recorded twice merged),
-/// longest delay first, with the maps text `maps_text`. Not for the lock path.
-pub fn profile(kinds: &[WaitKind], maps_text: Vec<u8>) -> ContentionProfile {
+/// The profile so far: one line per call chain (chains recorded twice merged), longest delay
+/// first, with the maps text `maps_text`. Not for the lock path.
+pub fn profile(maps_text: Vec<u8>) -> ContentionProfile {
     let mut lines: HashMap<Vec<u64>, (u64, u64)> = HashMap::new();
     let mut discarded = 0;
     if let Some(table) = TABLE.get() {
-        table.for_each(|chain, class, c| {
-            if kinds.iter().any(|&k| k as u64 == class) {
-                let line = lines.entry(chain.to_vec()).or_default();
-                line.0 = line.0.saturating_add(c.alloc_bytes);
-                line.1 = line.1.saturating_add(c.alloc_objects);
-            }
+        table.for_each(|chain, _, c| {
+            let line = lines.entry(chain.to_vec()).or_default();
+            line.0 = line.0.saturating_add(c.alloc_bytes);
+            line.1 = line.1.saturating_add(c.alloc_objects);
         });
         discarded = table.dropped();
     }
@@ -209,18 +210,15 @@ pub fn profile(kinds: &[WaitKind], maps_text: Vec<u8>) -> ContentionProfile {
     }
 }
 
-/// The profile so far with the process's maps (and the build-ids of its code): every kind of
-/// wait, as `/pprof/contention` and files give it.
-pub fn current(kinds: &[WaitKind]) -> ContentionProfile {
+/// The profile so far with the process's maps (and the build-ids of its code), as files and
+/// the endpoints give it.
+pub fn current() -> ContentionProfile {
     let maps = crate::in_program::procfs::read_self_maps();
     let mut mappings = crate::writer::mappings::SeenMappings::default();
     mappings.read_build_ids(&maps);
     walker::refresh_if_stale(WALK_DEPTH);
-    profile(kinds, mappings.complete(&maps))
+    profile(mappings.complete(&maps))
 }
-
-/// Every kind of wait.
-pub const ALL_WAITS: &[WaitKind] = &[WaitKind::Lock, WaitKind::Semaphore];
 
 #[cfg(test)]
 mod tests {

@@ -2,7 +2,7 @@
 //! programs that use the crate without preloading libcpuprof.so (whose interposers see
 //! `pthread_mutex_lock` and futex waits in any program).
 
-use super::{is_running, now_ns, waited, WaitKind};
+use super::{is_running, now_ns, waited};
 use std::sync::{LockResult, MutexGuard, TryLockError};
 
 /// A [`std::sync::Mutex`] that, while a contention profile runs ([`super::start`]), tries first
@@ -13,7 +13,7 @@ use std::sync::{LockResult, MutexGuard, TryLockError};
 /// let counter = cpuprof::contention::Mutex::new(0u64);
 /// cpuprof::contention::start(cpuprof::contention::DEFAULT_PERIOD_NS).ok();
 /// *counter.lock().unwrap() += 1;
-/// let profile = cpuprof::contention::current(cpuprof::contention::ALL_WAITS);
+/// let profile = cpuprof::contention::current();
 /// # drop(profile);
 /// ```
 #[derive(Debug, Default)]
@@ -44,12 +44,7 @@ impl<T: ?Sized> Mutex<T> {
             Err(TryLockError::WouldBlock) => {
                 let start = now_ns();
                 let result = self.0.lock();
-                waited(
-                    crate::arch::calling_registers(),
-                    now_ns().saturating_sub(start),
-                    WaitKind::Lock,
-                    0,
-                );
+                waited(crate::arch::calling_registers(), now_ns().saturating_sub(start), 0);
                 result
             }
         }

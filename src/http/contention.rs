@@ -1,8 +1,9 @@
 //! The contention profile's endpoints (`crate::contention`, docs/CONTENTION.md):
 //! * `/pprof/contention`: the text google-pprof reads (`--- contention:`);
-//! * `/debug/pprof/mutex` (lock waits: mutexes, reader-writer locks, futex waits) and
-//!   `/debug/pprof/block` (every wait: semaphores too), gzipped protobuf with Go's sample types
-//!   `contentions/count` and `delay/nanoseconds`.
+//! * `/debug/pprof/mutex` and `/debug/pprof/block`: gzipped protobuf with Go's sample types
+//!   `contentions/count` and `delay/nanoseconds`, of the same waits (Go tells lock waits from
+//!   other blocking; here a semaphore is how Python's `threading.Lock` blocks, and a futex wait
+//!   is how Rust's `Mutex` and `Condvar` both do: the call chains tell them apart).
 //!
 //! With a contention profile running (`CPUPROFILE_CONTENTION`), each answers the profile so far,
 //! or with `?seconds=N` what the next N seconds added (Go's handlers' delta). Without one, the
@@ -10,7 +11,7 @@
 
 use super::endpoints::{optional_seconds, ClientWatch};
 use super::request::{Request, Response};
-use crate::contention::{self, WaitKind, ALL_WAITS};
+use crate::contention;
 use crate::format::contention::{ContentionProfile, ContentionRecord};
 use crate::symbolize::Symbolizer;
 use flate2::write::GzEncoder;
@@ -33,19 +34,15 @@ pub(super) enum Answer {
 
 /// Answers a contention endpoint.
 pub(super) fn serve(req: &Request, answer: Answer, client_gone: ClientWatch) -> Response {
-    let kinds: &[WaitKind] = match answer {
-        Answer::Protobuf { block: false } => &[WaitKind::Lock],
-        _ => ALL_WAITS,
-    };
     let seconds = match optional_seconds(req) {
         Ok(s) => s,
         Err(response) => return response,
     };
     let started = SystemTime::now();
     let taken = if contention::is_running() && !TAKING.load(Ordering::Acquire) {
-        continuous(kinds, seconds, client_gone)
+        continuous(seconds, client_gone)
     } else {
-        on_demand(kinds, seconds.unwrap_or(super::endpoints::DEFAULT_SECONDS), client_gone)
+        on_demand(seconds.unwrap_or(super::endpoints::DEFAULT_SECONDS), client_gone)
     };
     let profile = match taken {
         Ok(Some(profile)) => profile,
@@ -59,17 +56,13 @@ pub(super) fn serve(req: &Request, answer: Answer, client_gone: ClientWatch) -> 
 }
 
 /// The running profile so far, or what the next `seconds` added to it.
-fn continuous(
-    kinds: &[WaitKind],
-    seconds: Option<u64>,
-    client_gone: ClientWatch,
-) -> Result<Option<ContentionProfile>, Response> {
-    let before = contention::current(kinds);
+fn continuous(seconds: Option<u64>, client_gone: ClientWatch) -> Result<Option<ContentionProfile>, Response> {
+    let before = contention::current();
     let Some(s) = seconds else { return Ok(Some(before)) };
     if client_gone(Duration::from_secs(s)) {
         return Ok(None);
     }
-    let mut after = contention::current(kinds);
+    let mut after = contention::current();
     let earlier: HashMap<&[u64], (u64, u64)> = before
         .records
         .iter()
@@ -93,11 +86,7 @@ fn continuous(
 }
 
 /// A profile of the next `seconds`, taken for this request.
-fn on_demand(
-    kinds: &[WaitKind],
-    seconds: u64,
-    client_gone: ClientWatch,
-) -> Result<Option<ContentionProfile>, Response> {
+fn on_demand(seconds: u64, client_gone: ClientWatch) -> Result<Option<ContentionProfile>, Response> {
     if TAKING.swap(true, Ordering::AcqRel) {
         return Err(Response::text(
             409,
@@ -108,7 +97,7 @@ fn on_demand(
         Ok(()) => {
             let gone = client_gone(Duration::from_secs(seconds));
             contention::stop();
-            Ok((!gone).then(|| contention::current(kinds)))
+            Ok((!gone).then(contention::current))
         }
         Err(e) => Err(Response::text(500, format!("cannot take a contention profile: {e}"))),
     };

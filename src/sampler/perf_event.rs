@@ -106,7 +106,13 @@ static LIMIT_AT_BUDGET: AtomicU64 = AtomicU64::new(u64::MAX);
 /// under the `RLIMIT_NOFILE` soft limit and at most 8192, so the kernel's descriptor table, which
 /// `fork` copies, stays small); returns its size.
 pub fn set_budget() -> usize {
-    let (base, budget) = budget_below(crate::in_program::fd::high_floor());
+    let top = crate::in_program::fd::high_floor();
+    let (base, budget) = match budget_below(top) {
+        // An event profile has no timer to fall back on: rather than none, a few numbers just
+        // below cpuprof's own, the last the program would be given (`events_below`).
+        (_, 0) if counts_events() => events_below(top),
+        normal => normal,
+    };
     BASE.store(base, Ordering::Relaxed);
     BUDGET.store(budget, Ordering::Relaxed);
     LIMIT_AT_BUDGET.store(soft_nofile().unwrap_or(u64::MAX), Ordering::Relaxed);
@@ -173,6 +179,21 @@ fn budget_below(top: c_int) -> (c_int, usize) {
     let top = top.max(0);
     let budget = ((top as u64).saturating_sub(FD_SETSIZE) / 4).min(MAX_BUDGET as u64);
     (top - budget as c_int, budget as usize)
+}
+
+/// An event profile's budget when no number above `FD_SETSIZE` is left under `top` (the soft
+/// limit of 1024 that most shells give): a sixteenth of the numbers below `top`, at most 64, at
+/// its top. The program meets its limit that many descriptors sooner, which is said at start.
+fn events_below(top: c_int) -> (c_int, usize) {
+    let budget = (top.max(0) as usize / 16).min(64);
+    (top - budget as c_int, budget)
+}
+
+/// Whether the budget lies below `FD_SETSIZE` (an event profile under a soft limit of about
+/// 1024), and its numbers.
+pub fn budget_below_fd_setsize() -> Option<(c_int, usize)> {
+    let (base, budget) = (BASE.load(Ordering::Relaxed), BUDGET.load(Ordering::Relaxed));
+    (budget > 0 && (base as u64) < FD_SETSIZE).then_some((base, budget))
 }
 
 /// How many perf descriptors may be held at once.
@@ -431,6 +452,12 @@ mod tests {
         assert_eq!(budget_below(0), (0, 0));
         assert_eq!(budget_below(2048 - 64), (1984 - 240, 240));
         assert_eq!(budget_below(8192 - 64), (8128 - 1024, 1024));
+    }
+
+    #[test]
+    fn an_event_profile_takes_a_few_numbers_below_a_low_limit() {
+        assert_eq!(events_below(960), (900, 60));
+        assert_eq!(events_below(8), (8, 0));
     }
 
     #[test]

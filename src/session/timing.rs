@@ -82,7 +82,18 @@ fn choose_for_event(options: &Options, event: &Event) -> Result<(SampleSource, c
         None => free_realtime_signal(libc::SIGRTMAX() + 1)?,
     };
     match thread_timers::probe(ThreadTimerKind::Perf, signal, event.period) {
-        Ok(()) => Ok((SampleSource::ThreadTimers(ThreadTimerKind::Perf), signal)),
+        Ok(()) => {
+            if let Some((base, budget)) = crate::sampler::perf_event::budget_below_fd_setsize() {
+                crate::say!(
+                    "cpuprof: event {}: the RLIMIT_NOFILE soft limit leaves no descriptor number above FD_SETSIZE; \
+                     the events take {budget} numbers below it ({base}-{}), the last the program would be given, \
+                     and threads beyond {budget} at once are not sampled (raise the limit with ulimit -n to avoid both)",
+                    event.name,
+                    base + budget as c_int - 1
+                );
+            }
+            Ok((SampleSource::ThreadTimers(ThreadTimerKind::Perf), signal))
+        }
         Err(e) => refuse(explain_event_refusal(event, &e)),
     }
 }

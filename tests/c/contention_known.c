@@ -18,6 +18,8 @@
  *                                              reader-writer lock held for reading twice.
  *   contention_known fork SECONDS HOLD_US      `mutex 2 SECONDS HOLD_US` in a forked child,
  *                                              then in the parent.
+ *   contention_known drop SECONDS HOLD_US      as `fork`, but the child becomes nobody
+ *                                              (uid and gid 65534) first and ends with _exit.
  *   contention_known api FILE                  (built with -DUSE_API -lcpuprof) `mutex 4 1
  *                                              1000` between CpuprofStartContention(FILE) and
  *                                              CpuprofStopContention().
@@ -182,16 +184,25 @@ int main(int argc, char **argv) {
     return status | !CpuprofStopContention();
   }
 #endif
-  if (argc == 4 && strcmp(argv[1], "fork") == 0) {
+  if (argc == 4 && (strcmp(argv[1], "fork") == 0 || strcmp(argv[1], "drop") == 0)) {
     char *args[] = {argv[0], "mutex", "2", argv[2], argv[3], NULL};
     pid_t child = fork();
+    if (child == 0 && strcmp(argv[1], "drop") == 0) {
+      if (setgid(65534) != 0 || setuid(65534) != 0) {
+        perror("setuid");
+        _exit(3);
+      }
+      int status = main(5, args);
+      fflush(stdout);
+      _exit(status);
+    }
     if (child == 0) return main(5, args);
     int status;
     waitpid(child, &status, 0);
     return main(5, args) | (WIFEXITED(status) ? WEXITSTATUS(status) : 1);
   }
   if (argc != 5) {
-    fprintf(stderr, "usage: contention_known mutex|rwlock|sem T SECONDS HOLD_US | uncontended N | semantics | fork SECONDS HOLD_US\n");
+    fprintf(stderr, "usage: contention_known mutex|rwlock|sem T SECONDS HOLD_US | uncontended N | semantics | fork|drop SECONDS HOLD_US\n");
     return 2;
   }
   mode = argv[1];
