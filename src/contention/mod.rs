@@ -53,8 +53,6 @@ static PERIOD_NS: AtomicU64 = AtomicU64::new(DEFAULT_PERIOD_NS);
 static RANDOM: AtomicU64 = AtomicU64::new(0x853c_49e6_748f_ea9b);
 /// When the profile started ([`now_ns`]).
 static STARTED_NS: AtomicU64 = AtomicU64::new(0);
-/// Waits recorded, and waits the table could not hold (counted in the file).
-static RECORDED: AtomicU64 = AtomicU64::new(0);
 
 /// Starts recording waits, about one per `period_ns` nanoseconds waited (at least 1: every
 /// wait). A restart forgets the previous profile. Not for the lock path.
@@ -75,7 +73,6 @@ pub fn start(period_ns: u64) -> Result<(), StartError> {
     TABLE_PTR.store(table as *const Sites as *mut Sites, Ordering::Release);
     walker::prepare(WALK_DEPTH);
     STARTED_NS.store(now_ns(), Ordering::Relaxed);
-    RECORDED.store(0, Ordering::Relaxed);
     PERIOD_NS.store(period_ns.max(1), Ordering::Relaxed);
     RUNNING.store(true, Ordering::SeqCst);
     Ok(())
@@ -179,7 +176,6 @@ pub fn waited(regs: Registers, delay_ns: u64, skip: usize) {
     let chain = &frames[skip + own..n];
     if let Some(site) = table.entry(chain, 0) {
         table.add(site, count, delay);
-        RECORDED.fetch_add(1, Ordering::Relaxed);
     }
 }
 
