@@ -256,6 +256,38 @@ fn forked_child_writes(mode: &str) {
     }
 }
 
+/// Four threads contending for ten seconds, ended after two by SIGTERM, which the program
+/// leaves at its default action: the process still dies by SIGTERM, and its file holds the
+/// waits so far (about 3 s of delay: three threads wait while one holds), read by every
+/// reader.
+#[test]
+fn a_process_ended_by_sigterm_writes_its_profile_first() {
+    use std::os::unix::process::ExitStatusExt;
+    let prog = program();
+    let profile = scratch_dir("contention_sigterm").join("waits.txt");
+    let _alone = alone();
+    let mut child = std::process::Command::new(&prog)
+        .args(["mutex", "4", "10", "1000"])
+        .env("LD_PRELOAD", lib())
+        .env("CPUPROFILE_CONTENTION", &profile)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: signals the child we started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
+    for (reader, total, table) in readers(&prog, &profile) {
+        assert!(
+            (1.0..8.0).contains(&total),
+            "{reader}: {total} s of delay in 2 s of three threads waiting\n{table}"
+        );
+        let share = share(&cum_percentages(&table), "take_mutex");
+        assert!(share >= 95.0, "{reader}: take_mutex holds {share}%\n{table}");
+    }
+}
+
 #[test]
 fn contention_endpoints_serve_text_and_protobuf() {
     let prog = program();

@@ -18,6 +18,7 @@
 use cpuprof_core::contention;
 use cpuprof_core::in_program::fd::GuardedFd;
 use cpuprof_core::in_program::messages;
+use cpuprof_core::sampler::default_actions::{self, Completer};
 use std::ffi::{c_int, c_void, CStr, CString};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -321,6 +322,9 @@ fn start_with_file(path: &str, base: &str, period: u64) -> Result<(), String> {
         file,
         forked: false,
     });
+    // A process ended by a signal's default action (SIGTERM, SIGINT, a crash) writes the file
+    // first, as at `_exit`.
+    default_actions::hold(Completer::Contention, before_exit, &[]);
     static FORKS_FOLLOWED: std::sync::Once = std::sync::Once::new();
     // SAFETY: registers a plain function to run in forked children.
     FORKS_FOLLOWED.call_once(|| unsafe {
@@ -376,6 +380,7 @@ fn write_file() -> bool {
         return false;
     }
     contention::stop();
+    default_actions::release(Completer::Contention);
     let profile = contention::current();
     let path = output.path.to_string_lossy().into_owned();
     if output.forked && profile.records.is_empty() {
@@ -428,7 +433,8 @@ fn write_all_at(fd: c_int, bytes: &[u8]) -> bool {
     true
 }
 
-/// `_exit`, `_Exit`, `quick_exit`: the file written without allocating or locking (the call
+/// `_exit`, `_Exit`, `quick_exit`, and an ending signal's default action
+/// (`sampler::default_actions`): the file written without allocating or locking (the call
 /// may come from a signal handler that interrupted `malloc`), with no build-id lines; a forked
 /// child that recorded nothing removes its file. Nothing in a vfork'ed child, which shares the
 /// parent's memory. Async-signal-safe.

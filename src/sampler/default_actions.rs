@@ -50,8 +50,25 @@ pub const ENDING_SIGNALS: [c_int; 18] = [
 
 /// Signals (bit `s - 1`) whose default action cpuprof holds.
 static HELD: AtomicU64 = AtomicU64::new(0);
-/// What completes the profile before the process ends (a `fn()`), 0 while no profile runs.
-static BEFORE_END: AtomicUsize = AtomicUsize::new(0);
+
+/// The profiles that complete their file before the process ends by a signal: each holds
+/// the ending signals while it runs, and they stay held while either does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Completer {
+    /// The CPU profile (`session`).
+    Cpu = 0,
+    /// The contention profile written to a file (libcpuprof.so's `CPUPROFILE_CONTENTION`).
+    Contention = 1,
+}
+
+/// What completes each profile before the process ends (a `fn()`), by [`Completer`]; 0 while
+/// that profile does not run. Run in this order: the CPU profile first.
+static BEFORE_END: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+
+/// Whether any profile holds the ending signals.
+fn is_holding() -> bool {
+    BEFORE_END.iter().any(|f| f.load(Ordering::SeqCst) != 0)
+}
 /// 0, then 1 while a handler completes the profile, 2 once it has: a second ending signal on
 /// another thread waits for the first completion (bounded) before it ends the process.
 static COMPLETION: AtomicU32 = AtomicU32::new(0);
@@ -68,11 +85,11 @@ pub fn covers(signal: c_int) -> bool {
 }
 
 /// Holds the default action of every ending signal the program leaves at `SIG_DFL`, except
-/// `skip` (signals cpuprof samples with): `before_end` runs before the process ends by one.
-/// Not for signal context.
-pub fn hold(before_end: fn(), skip: &[c_int]) {
+/// `skip` (signals cpuprof samples with): `before_end` runs before the process ends by one,
+/// for as long as `who` runs. Not for signal context.
+pub fn hold(who: Completer, before_end: fn(), skip: &[c_int]) {
     COMPLETION.store(0, Ordering::SeqCst);
-    BEFORE_END.store(before_end as usize, Ordering::SeqCst);
+    BEFORE_END[who as usize].store(before_end as usize, Ordering::SeqCst);
     for signal in ENDING_SIGNALS {
         if !skip.contains(&signal) && super::signals::is_unhandled(signal) {
             hold_one(signal);
@@ -80,10 +97,13 @@ pub fn hold(before_end: fn(), skip: &[c_int]) {
     }
 }
 
-/// Lets every held signal take its default action directly again (at stop). Not for signal
-/// context.
-pub fn release() {
-    BEFORE_END.store(0, Ordering::SeqCst);
+/// `who` stopped: nothing of its runs before the process ends, and once no profile holds
+/// them, every held signal takes its default action directly again. Not for signal context.
+pub fn release(who: Completer) {
+    BEFORE_END[who as usize].store(0, Ordering::SeqCst);
+    if is_holding() {
+        return;
+    }
     for signal in ENDING_SIGNALS {
         if HELD.fetch_and(!bit(signal), Ordering::SeqCst) & bit(signal) != 0 && is_ours(signal) {
             set_default(signal);
@@ -91,17 +111,18 @@ pub fn release() {
     }
 }
 
-/// In a forked child: the handlers stay (the child completes its own profile, if it starts
-/// one); until then, a held signal acts as it would have.
+/// In a forked child: the handlers stay (the child completes its own CPU profile, if it
+/// starts one; until then, a held signal acts as it would have), and a contention profile,
+/// which goes on in the child with a file of its own, keeps its completion.
 pub fn forget_in_child() {
-    BEFORE_END.store(0, Ordering::SeqCst);
+    BEFORE_END[Completer::Cpu as usize].store(0, Ordering::SeqCst);
 }
 
 /// Starts holding `signal`'s default action if a profile runs; the caller has checked that
 /// the program has it at `SIG_DFL`, or is asking for it. Returns whether it is held.
 /// Async-signal-safe.
 pub fn hold_one(signal: c_int) -> bool {
-    if BEFORE_END.load(Ordering::SeqCst) == 0 || !covers(signal) {
+    if !is_holding() || !covers(signal) {
         return false;
     }
     // SAFETY: plain sigaction calls with initialised structures.
@@ -161,15 +182,19 @@ unsafe extern "C" fn on_ending_signal(signal: c_int, info: *mut libc::siginfo_t,
     let errno = unsafe { *libc::__errno_location() };
     HELD.fetch_and(!bit(signal), Ordering::SeqCst);
     set_default(signal);
-    let before_end = BEFORE_END.load(Ordering::SeqCst);
-    if before_end != 0 {
+    if is_holding() {
         if COMPLETION
             .compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
         {
-            // SAFETY: stored by `hold` from a `fn()`.
-            let before_end: fn() = unsafe { std::mem::transmute::<usize, fn()>(before_end) };
-            before_end();
+            for before_end in &BEFORE_END {
+                let before_end = before_end.load(Ordering::SeqCst);
+                if before_end != 0 {
+                    // SAFETY: stored by `hold` from a `fn()`.
+                    let before_end = unsafe { std::mem::transmute::<usize, fn()>(before_end) };
+                    before_end();
+                }
+            }
             COMPLETION.store(2, Ordering::SeqCst);
             crate::in_program::futex::wake_all(&COMPLETION);
         } else {

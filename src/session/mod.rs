@@ -300,7 +300,11 @@ impl Session {
         }
         if self.options.in_memory.is_none() {
             // A process that ends by a signal's default action completes its profile first.
-            sampler::default_actions::hold(process_end::before_signal_end, &[self.signal]);
+            sampler::default_actions::hold(
+                sampler::default_actions::Completer::Cpu,
+                process_end::before_signal_end,
+                &[self.signal],
+            );
         }
     }
 
@@ -385,7 +389,7 @@ impl Session {
             std::mem::forget(self);
             return Err(Error::ForkedChild { path });
         }
-        sampler::default_actions::release();
+        sampler::default_actions::release(sampler::default_actions::Completer::Cpu);
         let wall = self.wall.take().map(wall::WallSampler::stop);
         // Before the timers go: deleting a timer drops its pending signal (Linux 6.13 and later).
         let (held_back, held_by_process) = pending(self.signal);
