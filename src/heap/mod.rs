@@ -119,13 +119,13 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Sampled<A> {
 
     #[inline(never)]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // Counted as a free and an allocation. The free before the call: once it returns,
+        // the old address may be another thread's new (sampled) block. A failed call leaves
+        // the old block allocated but out of the in-use counts (an allocation failure, rare).
+        recorder::forget(ptr);
         // SAFETY: as above.
         let p = unsafe { self.inner.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
-            // The old block is gone (or is the new one): counted as a free and an allocation.
-            recorder::forget(ptr);
-            counted(p, new_size);
-        }
+        counted(p, new_size);
         p
     }
 }

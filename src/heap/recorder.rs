@@ -115,15 +115,20 @@ pub fn is_running() -> bool {
 #[inline(always)]
 pub fn allocated(countdown: &mut Countdown, address: *mut u8, size: usize, skip: usize) {
     if !address.is_null() && countdown.take(size) {
-        sample(countdown, address as u64, size, skip);
+        sampled(countdown, address, size, skip);
     }
 }
 
+/// The rest of [`allocated`], for a caller that took `size` from the countdown itself
+/// before the allocation ([`Countdown::take`] said yes): the preloaded `malloc` decides
+/// before calling the allocator, so that the common case passes it on with a jump. A failed
+/// allocation (`address` null) is not recorded; the countdown stays spent, and the thread's
+/// next allocation is the sampled one. Async-signal-safe.
 #[inline(never)]
 #[cold]
-fn sample(countdown: &mut Countdown, address: u64, size: usize, skip: usize) {
+pub fn sampled(countdown: &mut Countdown, address: *mut u8, size: usize, skip: usize) {
     let regs = crate::arch::calling_registers();
-    if countdown.busy != 0 {
+    if address.is_null() || countdown.busy != 0 {
         return;
     }
     if crate::in_program::thread::is_own_thread() {
@@ -133,6 +138,7 @@ fn sample(countdown: &mut Countdown, address: u64, size: usize, skip: usize) {
     }
     countdown.busy = 1;
     let period = PERIOD.load(Ordering::Relaxed);
+    let address = address as u64;
     let seed = address ^ crate::unwind::thread_pointer().rotate_left(17);
     if countdown.rearm(period, seed) && is_running() {
         record(regs, address, size as u64, period, skip + 1);

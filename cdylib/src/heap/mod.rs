@@ -30,10 +30,30 @@ mod countdown;
 #[inline(always)]
 fn count(p: *mut c_void, size: usize) {
     if recorder::is_running() {
-        // SAFETY: the thread's own TLS block, valid for the thread's life.
-        let countdown = unsafe { &mut *countdown::this_thread() };
-        recorder::allocated(countdown, p.cast(), size, 0);
+        recorder::allocated(this_countdown(), p.cast(), size, 0);
     }
+}
+
+/// The calling thread's countdown.
+#[inline(always)]
+fn this_countdown() -> &'static mut cpuprof_core::heap::Countdown {
+    // SAFETY: the thread's own TLS block, valid for the thread's life, touched only by the
+    // thread (and by no signal handler).
+    unsafe { &mut *countdown::this_thread() }
+}
+
+/// Whether an allocation of `size` bytes about to be made is to be sampled: false at once
+/// while no heap profile runs, else the countdown taken ([`recorder::sampled`] finishes a
+/// yes once the allocator has returned the block).
+#[inline(always)]
+fn to_sample(size: usize) -> bool {
+    recorder::is_running() && this_countdown().take(size)
+}
+
+/// Records the block `p` the allocator returned for an allocation [`to_sample`] chose.
+#[inline(always)]
+fn record_sampled(p: *mut c_void, size: usize) {
+    recorder::sampled(this_countdown(), p.cast(), size, 0);
 }
 
 /// Tells the recorder where this library's code lies (its executable segment), so that a
@@ -226,33 +246,34 @@ macro_rules! call {
     }};
 }
 
-/// The allocator's function `f`, when the fast path may take it: found, and no heap profile
-/// running.
-#[inline(always)]
-fn uncounted(f: Fn) -> Option<usize> {
-    let next = REAL[f as usize].load(Ordering::Acquire);
-    (next != 0 && !recorder::is_running()).then_some(next)
-}
-
-// The interposers' fast paths, taken while no heap profile runs (every program preloading
-// cpuprof for CPU profiles only), are two loads and a sibling call to the allocator: no frame
-// of ours to build, none left on the stack for a CPU profile to show. Everything else is in a
-// function of its own (`#[inline(never)]`), entered by a sibling call too, so its frame setup
-// is not paid on the fast path. (Written without the `call!` helper: a debug build keeps
-// helpers as frames of their own.)
+// The interposers' common paths — no heap profile running (every program preloading cpuprof
+// for CPU profiles only), or one running and the allocation not sampled, or a free of a
+// block never sampled — are a few loads, a thread-local subtraction and a compare, and a
+// sibling call (a jump) to the allocator: no frame of ours to build, none left on the stack
+// for a CPU profile to show. The countdown is taken before the allocator is called so that
+// this holds while a profile runs too; only a sampled allocation calls the allocator from a
+// frame of ours, to record the block it returns. Everything else is in a function of its own
+// (`#[inline(never)]`), entered by a sibling call too, so its frame setup is not paid on the
+// common path. (Written without the `call!` helper: a debug build keeps helpers as frames of
+// their own.)
 
 /// Interposed: the allocator's `malloc`, counted.
 #[no_mangle]
 pub extern "C" fn malloc(size: usize) -> *mut c_void {
-    if let Some(next) = uncounted(Fn::Malloc) {
-        // SAFETY: `next` is the allocator's malloc.
-        return unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(usize) -> *mut c_void>(next)(size) };
+    let next = REAL[Fn::Malloc as usize].load(Ordering::Acquire);
+    if next == 0 {
+        return malloc_unresolved(size);
     }
-    malloc_counted(size)
+    if to_sample(size) {
+        return malloc_sampled(next, size);
+    }
+    // SAFETY: `next` is the allocator's malloc.
+    unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(usize) -> *mut c_void>(next)(size) }
 }
 
+/// `malloc` while this thread or another finds the allocator.
 #[inline(never)]
-extern "C" fn malloc_counted(size: usize) -> *mut c_void {
+extern "C" fn malloc_unresolved(size: usize) -> *mut c_void {
     let p = if real(Fn::Malloc) == 0 {
         bootstrap::alloc(size, 16).cast()
     } else {
@@ -262,20 +283,35 @@ extern "C" fn malloc_counted(size: usize) -> *mut c_void {
     p
 }
 
+/// `malloc` of a sampled allocation, `next` the allocator's.
+#[inline(never)]
+extern "C" fn malloc_sampled(next: usize, size: usize) -> *mut c_void {
+    // SAFETY: `next` is the allocator's malloc.
+    let p = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(usize) -> *mut c_void>(next)(size) };
+    record_sampled(p, size);
+    p
+}
+
 /// Interposed: the allocator's `calloc`, counted.
 #[no_mangle]
 pub extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
-    if let Some(next) = uncounted(Fn::Calloc) {
-        // SAFETY: `next` is the allocator's calloc, which checks `n * size` itself.
-        return unsafe {
-            std::mem::transmute::<usize, unsafe extern "C" fn(usize, usize) -> *mut c_void>(next)(n, size)
-        };
+    let next = REAL[Fn::Calloc as usize].load(Ordering::Acquire);
+    // An overflowing `n * size` goes the slow way, which fails it.
+    match n.checked_mul(size) {
+        Some(bytes) if next != 0 => {
+            if to_sample(bytes) {
+                return calloc_sampled(next, n, size);
+            }
+            // SAFETY: `next` is the allocator's calloc.
+            unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(usize, usize) -> *mut c_void>(next)(n, size) }
+        }
+        _ => calloc_unresolved(n, size),
     }
-    calloc_counted(n, size)
 }
 
+/// `calloc` while the allocator is being found, or of more than the address space.
 #[inline(never)]
-extern "C" fn calloc_counted(n: usize, size: usize) -> *mut c_void {
+extern "C" fn calloc_unresolved(n: usize, size: usize) -> *mut c_void {
     let Some(bytes) = n.checked_mul(size) else {
         // SAFETY: the thread's errno.
         unsafe { *libc::__errno_location() = libc::ENOMEM };
@@ -288,6 +324,15 @@ extern "C" fn calloc_counted(n: usize, size: usize) -> *mut c_void {
         call!(Fn::Calloc, fn(usize, usize) -> *mut c_void, n, size)
     };
     count(p, bytes);
+    p
+}
+
+/// `calloc` of a sampled allocation, `next` the allocator's.
+#[inline(never)]
+extern "C" fn calloc_sampled(next: usize, n: usize, size: usize) -> *mut c_void {
+    // SAFETY: `next` is the allocator's calloc.
+    let p = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(usize, usize) -> *mut c_void>(next)(n, size) };
+    record_sampled(p, n * size);
     p
 }
 
@@ -330,22 +375,27 @@ unsafe extern "C" fn free_rare(p: *mut c_void) {
 /// As `realloc`.
 #[no_mangle]
 pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
-    if let Some(next) = uncounted(Fn::Realloc) {
-        if !bootstrap::holds(p.cast()) && !recorder::may_be_sampled(p.cast()) {
-            // SAFETY: `next` is the allocator's realloc; `p` one of its blocks (or null).
-            return unsafe {
-                std::mem::transmute::<usize, unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void>(next)(p, size)
-            };
-        }
+    let next = REAL[Fn::Realloc as usize].load(Ordering::Acquire);
+    if next == 0 || bootstrap::holds(p.cast()) || recorder::may_be_sampled(p.cast()) {
+        // SAFETY: the caller's contract.
+        return unsafe { realloc_rare(p, size) };
     }
-    // SAFETY: the caller's contract.
-    unsafe { realloc_counted(p, size) }
+    // The old block was never sampled: nothing to forget, only the new one to count.
+    if to_sample(size) {
+        // SAFETY: as above.
+        return unsafe { realloc_sampled(next, p, size) };
+    }
+    // SAFETY: `next` is the allocator's realloc; `p` one of its blocks (or null).
+    unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void>(next)(p, size) }
 }
 
+/// `realloc` of a block from the arena, of one that may have been sampled, or while the
+/// allocator is being found.
+///
 /// # Safety
 /// As `realloc`.
 #[inline(never)]
-unsafe extern "C" fn realloc_counted(p: *mut c_void, size: usize) -> *mut c_void {
+unsafe extern "C" fn realloc_rare(p: *mut c_void, size: usize) -> *mut c_void {
     if let Some(old) = bootstrap::size_of(p.cast()) {
         let q = malloc(size);
         if !q.is_null() {
@@ -366,6 +416,19 @@ unsafe extern "C" fn realloc_counted(p: *mut c_void, size: usize) -> *mut c_void
     forget(p);
     let q = call!(Fn::Realloc, fn(*mut c_void, usize) -> *mut c_void, p, size);
     count(q, size);
+    q
+}
+
+/// `realloc` of a block never sampled into a sampled allocation, `next` the allocator's.
+///
+/// # Safety
+/// As `realloc`.
+#[inline(never)]
+unsafe extern "C" fn realloc_sampled(next: usize, p: *mut c_void, size: usize) -> *mut c_void {
+    // SAFETY: `next` is the allocator's realloc; the caller's contract for `p`.
+    let q =
+        unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void>(next)(p, size) };
+    record_sampled(q, size);
     q
 }
 
