@@ -5,7 +5,8 @@
 //! `aligned_alloc`, `valloc`, `pvalloc` and `malloc_usable_size` are the program's: each
 //! passes the call to the allocator the program would have used without us (the next
 //! definition after libcpuprof.so: glibc's, or jemalloc's or mimalloc's preloaded after us),
-//! and counts it on the way back ([`cpuprof_core::heap::recorder`]). C++'s `operator new` and
+//! and counts it: the thread's countdown is taken before the call, and a sampled block is
+//! recorded once the allocator has returned it ([`cpuprof_core::heap::recorder`]). C++'s `operator new` and
 //! `delete` reach them through libstdc++. With no heap profile running, an interposer is two
 //! loads and a jump to the allocator (a free: and a compare, and a byte read once a heap
 //! profile has started); while one runs, an unsampled allocation costs a thread-local
