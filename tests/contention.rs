@@ -124,6 +124,67 @@ fn four_threads_on_one_pthread_mutex() {
     contended("mutex", "take_mutex");
 }
 
+/// The CLI's other commands on a contention profile: `report` (the HTML page, and against a
+/// base), `flamegraph`, `collapse`, `diff` and `convert --to pprof`, each with the waiting
+/// function, each value (`delay`, `contentions`) where it applies.
+#[test]
+fn the_cli_draws_collapses_compares_and_converts_a_contention_profile() {
+    let prog = program();
+    let dir = scratch_dir("contention_cli");
+    let profile = dir.join("waits.txt");
+    run_alone(
+        &prog,
+        &["mutex", "4", "1", "1000"],
+        &[
+            ("LD_PRELOAD", lib().to_str().unwrap()),
+            ("CPUPROFILE_CONTENTION", profile.to_str().unwrap()),
+        ],
+    );
+    let file = profile.to_str().unwrap();
+    let text = |args: &[&str]| String::from_utf8_lossy(&run_ok(cli(), args, &[]).stdout).into_owned();
+    let html = dir.join("waits.html");
+    let html_path = html.to_str().unwrap();
+    for value in ["delay", "contentions"] {
+        text(&["report", "--sample-index", value, file, "-o", html_path]);
+        let page = std::fs::read_to_string(&html).unwrap();
+        assert!(
+            page.contains(&format!("Contention profile: {value}")) && page.contains("take_mutex"),
+            "{value}: {page}"
+        );
+    }
+    text(&["report", file, "--base", file, "-o", html_path]);
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("id=\"diff\"") && page.contains("against"), "{page}");
+    let svg = dir.join("waits.svg");
+    text(&["flamegraph", file, "-o", svg.to_str().unwrap()]);
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("take_mutex"));
+    let folded = text(&["collapse", file]);
+    assert!(folded.lines().all(|l| l.contains("take_mutex")), "{folded}");
+    let run = |args: &[&str]| std::process::Command::new(cli()).args(args).output().unwrap();
+    let diff = run(&["diff", file, file]);
+    assert_eq!(diff.status.code(), Some(0), "{}", String::from_utf8_lossy(&diff.stdout));
+    let pb = dir.join("waits.pb.gz");
+    text(&["convert", "--to", "pprof", file, "-o", pb.to_str().unwrap()]);
+    if require_tools(&["go"]) {
+        let go = run_ok(
+            Path::new("go"),
+            &["tool", "pprof", "-top", "-sample_index=delay", pb.to_str().unwrap()],
+            &[("HOME", std::env::temp_dir().to_str().unwrap())],
+        );
+        assert!(String::from_utf8_lossy(&go.stdout).contains("take_mutex"));
+    }
+    // A CPU profile is no base for it.
+    let cpu = dir.join("cpu.prof");
+    run_preloaded(&prog, &["mutex", "2", "0.2", "100"], &cpu, &[]);
+    let refused = run(&["report", file, "--base", cpu.to_str().unwrap(), "-o", html_path]);
+    assert_ne!(refused.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("a contention profile is compared with a contention profile"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}
+
 #[test]
 fn four_threads_on_one_rwlock_and_one_semaphore() {
     contended("rwlock", "take_rwlock");

@@ -42,17 +42,8 @@ pub fn diff(a: DiffArgs) -> Result<u8> {
     // observations.
     let summary = |path: &Path, units: f64| -> Result<diffing::Summary> {
         let source = input::Source::open(path)?;
-        if let Some(profile) = heap::read(path, &source)? {
-            let value = heap::value(index, path)?;
-            let stacks = heap::stacks(&profile, value, &locator, &a.filters);
-            let lines: Vec<(u64, u64)> = heap::lines(&profile, value).collect();
-            return Ok(diffing::Summary::heap(&stacks, &lines, units, opts.cumulative));
-        }
-        if let Some(profile) = input::contention::read(path, &source)? {
-            let value = input::contention::value(index, path)?;
-            let stacks = input::contention::stacks(&profile, value, &locator, &a.filters);
-            let lines: Vec<(u64, u64)> = input::contention::lines(&profile, value).collect();
-            return Ok(diffing::Summary::heap(&stacks, &lines, units, opts.cumulative));
+        if let Some(w) = input::Weighted::read(path, &source, index, &locator, &a.filters)? {
+            return Ok(diffing::Summary::heap(&w.stacks, &w.lines, units, opts.cumulative));
         }
         heap::cpu_takes_no_index(index)?;
         Ok(seen(&input::raw::read_source(path, &source, &locator)?, units))
@@ -282,15 +273,13 @@ pub fn report(a: ReportArgs) -> Result<u8> {
         title: a.file.display().to_string(),
     };
     let source = input::Source::open(&a.file)?;
-    if input::contention::is_contention(&source)? {
-        return Err(Error::Usage(
-            "report draws CPU and heap profiles; for a contention profile use top, flamegraph, diff or convert --to pprof",
-        ));
-    }
-    let page = match heap::read(&a.file, &source)? {
+    let index = a.sample_index.value;
+    let page = match input::Weighted::read(&a.file, &source, index, &locator, &a.filters)? {
         Some(profile) => {
-            let value = heap::value(a.sample_index.value, &a.file)?;
-            html::heap::page(&profile, value, &baseline, &opts)?
+            let base = |path: &Path| -> Result<Option<input::Weighted>> {
+                input::Weighted::read(path, &input::Source::open(path)?, index, &locator, &a.filters)
+            };
+            html::weighted::page(&profile, &baseline, &base, &opts)?
         }
         None => {
             heap::cpu_takes_no_index(a.sample_index.value)?;

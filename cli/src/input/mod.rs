@@ -12,6 +12,41 @@ pub mod epochs;
 pub mod heap;
 pub mod raw;
 
+/// A heap or contention profile read as chains, each weighing the value asked for
+/// (`--sample-index`), with each line's observations and weight (`diff`'s summary takes
+/// both): how `diff` and `report` take either kind. `None` for a profile of neither kind.
+pub struct Weighted {
+    pub stacks: Stacks,
+    pub lines: Vec<(u64, u64)>,
+}
+
+impl Weighted {
+    /// `source` (named `file`) as a heap or contention profile, `None` if it is neither.
+    pub fn read(
+        file: &Path,
+        source: &Source,
+        index: Option<SampleValue>,
+        locator: &Locator,
+        filters: &Filters,
+    ) -> Result<Option<Weighted>> {
+        if let Some(profile) = heap::read(file, source)? {
+            let value = heap::value(index, file)?;
+            return Ok(Some(Weighted {
+                stacks: heap::stacks(&profile, value, locator, filters),
+                lines: heap::lines(&profile, value).collect(),
+            }));
+        }
+        if let Some(profile) = contention::read(file, source)? {
+            let value = contention::value(index, file)?;
+            return Ok(Some(Weighted {
+                stacks: contention::stacks(&profile, value, locator, filters),
+                lines: contention::lines(&profile, value).collect(),
+            }));
+        }
+        Ok(None)
+    }
+}
+
 use crate::model::filters::Filters;
 use crate::model::stacks::{Functions, Stacks};
 use crate::model::unit::SampleValue;

@@ -7,8 +7,8 @@
 //! functions (from `list`); with a baseline profile, a differential flame graph and the
 //! `diff` table; with a history, the same against the history and its trend chart.
 //!
-//! A heap profile gets the same page without hints and source ([`heap`]): widths are its
-//! bytes or objects.
+//! A heap or contention profile gets the same page without hints and source ([`weighted`]):
+//! widths are its value (bytes or objects, delay or waits).
 //!
 //! The reports are computed here by the commands' own code (`advise`, `list`, `diff`,
 //! `history`), so the page and the commands cannot disagree. What the script needs (the call
@@ -16,8 +16,8 @@
 //! (hints, tables of numbers, listings, the trend chart) is written as HTML here.
 
 use crate::error::Result;
-pub mod heap;
 mod listing;
+pub mod weighted;
 
 use crate::render::markup::escape;
 mod sections;
