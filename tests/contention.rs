@@ -359,6 +359,46 @@ fn a_process_ended_by_sigterm_writes_its_profile_first() {
     }
 }
 
+/// The same killed by SIGKILL after 3 s: the checkpoint at 2 s (`CPUPROFILE_CHECKPOINT`'s
+/// default) left the waits until then, read by every reader; with checkpoints off the file
+/// stays empty.
+#[test]
+fn a_process_killed_by_sigkill_leaves_its_last_checkpoint() {
+    use std::os::unix::process::ExitStatusExt;
+    let prog = program();
+    let dir = scratch_dir("contention_sigkill");
+    let _alone = alone();
+    for checkpoint in ["2", "off"] {
+        let profile = dir.join(format!("waits-{checkpoint}.txt"));
+        let mut child = std::process::Command::new(&prog)
+            .args(["mutex", "4", "10", "1000"])
+            .env("LD_PRELOAD", lib())
+            .env("CPUPROFILE_CONTENTION", &profile)
+            .env("CPUPROFILE_CHECKPOINT", checkpoint)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_secs(3));
+        child.kill().unwrap();
+        let status = child.wait().unwrap();
+        assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+        let written = std::fs::read(&profile).unwrap();
+        if checkpoint == "off" {
+            assert!(written.is_empty(), "{}", String::from_utf8_lossy(&written));
+            continue;
+        }
+        for (reader, total, table) in readers(&prog, &profile) {
+            // Three threads waiting for the ~2 s before the checkpoint (less the start).
+            assert!(
+                (1.0..7.0).contains(&total),
+                "{reader}: {total} s of delay at the checkpoint\n{table}"
+            );
+            let share = share(&cum_percentages(&table), "take_mutex");
+            assert!(share >= 95.0, "{reader}: take_mutex holds {share}%\n{table}");
+        }
+    }
+}
+
 #[test]
 fn contention_endpoints_serve_text_and_protobuf() {
     let prog = program();

@@ -553,10 +553,12 @@ unsafe extern "C" {
 
 /// The program is about to start a thread (`pthread_create`, or `clone` for a thread): a
 /// profile that started without a thread of its own (`writer::threadless`) gets its writer
-/// now, and a heap profile its thread (`heap::poller`).
+/// now, a heap profile its thread (`heap::poller`), and a contention profile its checkpoints
+/// (`contention::checkpoint`).
 extern "C" fn before_thread_clone() {
     start_waiting_writer();
     cpuprof_core::heap::start_if_deferred();
+    contention::checkpoint::start_if_deferred();
 }
 
 /// # Safety

@@ -93,13 +93,13 @@ fn table() -> Option<&'static Sites> {
     unsafe { TABLE_PTR.load(Ordering::Acquire).as_ref() }
 }
 
-/// Whether the profile holds no wait. Async-signal-safe.
-pub fn is_empty() -> bool {
-    let mut empty = true;
+/// The waits the profile holds (each recorded wait standing for its count). Async-signal-safe.
+pub fn waits() -> u64 {
+    let mut waits = 0u64;
     if let Some(table) = table() {
-        table.for_each(|_, _, counts| empty &= counts.alloc_objects == 0);
+        table.for_each(|_, _, counts| waits = waits.saturating_add(counts.alloc_objects));
     }
-    empty
+    waits
 }
 
 /// Stops recording; the profile stays readable ([`profile`]) until the next start.

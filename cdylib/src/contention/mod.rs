@@ -13,14 +13,17 @@
 //! `pthread_mutex_lock`: that wait is not seen (docs/CONTENTION.md).
 //!
 //! `CPUPROFILE_CONTENTION=path` at load (or `CpuprofStartContention`, include/cpuprof.h) starts
-//! a profile written to `path` at exit (or by `CpuprofStopContention`).
+//! a profile written to `path` at exit (or by `CpuprofStopContention`), at `_exit`, `exec` and
+//! an ending signal's default action, and at checkpoints ([`checkpoint`]) for `SIGKILL`.
+
+pub mod checkpoint;
 
 use cpuprof_core::contention;
 use cpuprof_core::in_program::fd::GuardedFd;
 use cpuprof_core::in_program::messages;
 use cpuprof_core::sampler::default_actions::{self, Completer};
 use std::ffi::{c_int, c_void, CStr, CString};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// The functions passed on to, found with `dlsym(RTLD_NEXT)` at load (and at first use, for a
 /// call before our constructor).
@@ -287,7 +290,64 @@ struct Output {
     forked: bool,
 }
 
-static OUTPUT: std::sync::Mutex<Option<Output>> = std::sync::Mutex::new(None);
+static OUTPUT: OutputLock = OutputLock {
+    held: AtomicBool::new(false),
+    output: std::cell::UnsafeCell::new(None),
+};
+
+/// The profile's file behind a try-only lock: held while a checkpoint writes it (a thread of
+/// ours), and released by a forked child if that thread held it at the fork
+/// (`in_forked_child`), which a `std::sync::Mutex` cannot be. Never waits, so usable from
+/// `_exit` in a signal handler.
+struct OutputLock {
+    held: AtomicBool,
+    output: std::cell::UnsafeCell<Option<Output>>,
+}
+
+// SAFETY: `output` is reached only through a guard, which `held` makes exclusive.
+unsafe impl Sync for OutputLock {}
+
+struct OutputGuard(&'static OutputLock);
+
+impl OutputLock {
+    fn try_lock(&'static self) -> Option<OutputGuard> {
+        (!self.held.swap(true, Ordering::Acquire)).then_some(OutputGuard(self))
+    }
+}
+
+impl std::ops::Deref for OutputGuard {
+    type Target = Option<Output>;
+    fn deref(&self) -> &Option<Output> {
+        // SAFETY: the guard holds the lock.
+        unsafe { &*self.0.output.get() }
+    }
+}
+
+impl std::ops::DerefMut for OutputGuard {
+    fn deref_mut(&mut self) -> &mut Option<Output> {
+        // SAFETY: the guard holds the lock.
+        unsafe { &mut *self.0.output.get() }
+    }
+}
+
+impl Drop for OutputGuard {
+    fn drop(&mut self) {
+        self.0.held.store(false, Ordering::Release);
+    }
+}
+
+/// The output, once no other thread holds it: tried, with a yield between tries, for a few
+/// milliseconds at most (a checkpoint under way). Async-signal-safe.
+fn output_briefly() -> Option<OutputGuard> {
+    for _ in 0..1000 {
+        if let Some(guard) = OUTPUT.try_lock() {
+            return Some(guard);
+        }
+        // SAFETY: no arguments.
+        unsafe { libc::sched_yield() };
+    }
+    None
+}
 
 /// Creates `path` (truncated, a symbolic link not followed) as a descriptor of ours.
 fn create(path: &CStr) -> std::io::Result<GuardedFd> {
@@ -315,13 +375,14 @@ fn start_with_file(path: &str, base: &str, period: u64) -> Result<(), String> {
     let (c_path, base) = (nul(path)?, nul(base)?);
     let file = create(&c_path).map_err(|e| format!("cannot create {path}: {e}"))?;
     contention::start(period).map_err(|e| e.to_string())?;
-    *OUTPUT.lock().unwrap_or_else(|e| e.into_inner()) = Some(Output {
+    *output_briefly().ok_or("a contention profile is being written")? = Some(Output {
         pid: std::process::id(),
         path: c_path,
         base,
         file,
         forked: false,
     });
+    checkpoint::start(checkpoint_interval());
     // A process ended by a signal's default action (SIGTERM, SIGINT, a crash) writes the file
     // first, as at `_exit`.
     default_actions::hold(Completer::Contention, before_exit, &[]);
@@ -334,10 +395,12 @@ fn start_with_file(path: &str, base: &str, period: u64) -> Result<(), String> {
 }
 
 /// In a child forked while a profile with a file runs: its own file, `path_PID`, created now
-/// (its profile started empty at the fork: `contention::forget_in_child`). Never waits: the
-/// lock may have stayed with a parent's thread.
+/// (its profile started empty at the fork: `contention::forget_in_child`).
 extern "C" fn in_forked_child() {
-    let Ok(mut output) = OUTPUT.try_lock() else { return };
+    // Only cpuprof's checkpoint thread holds the lock across a fork (the forking thread's own
+    // holders do not fork), and that thread is not in the child: released.
+    OUTPUT.held.store(false, Ordering::Release);
+    let Some(mut output) = OUTPUT.try_lock() else { return };
     let Some(parent) = output.as_ref().filter(|_| contention::is_running()) else {
         return;
     };
@@ -363,6 +426,7 @@ extern "C" fn in_forked_child() {
             None
         }
     };
+    checkpoint::in_forked_child();
 }
 
 /// The end of the process (atexit): the profile's file.
@@ -373,7 +437,7 @@ pub fn stop_at_exit() {
 /// Stops the profile started with a file and writes it, with the build-ids of the code;
 /// whether it was written. A forked child that recorded nothing removes its file instead.
 fn write_file() -> bool {
-    let Some(output) = OUTPUT.try_lock().ok().and_then(|mut o| o.take()) else {
+    let Some(output) = output_briefly().and_then(|mut o| o.take()) else {
         return false;
     };
     if output.pid != std::process::id() {
@@ -439,14 +503,14 @@ fn write_all_at(fd: c_int, bytes: &[u8]) -> bool {
 /// child that recorded nothing removes its file. Nothing in a vfork'ed child, which shares the
 /// parent's memory. Async-signal-safe.
 pub fn before_exit() {
-    let Ok(mut output) = OUTPUT.try_lock() else { return };
+    let Some(mut output) = output_briefly() else { return };
     if output.as_ref().is_none_or(|o| o.pid != std::process::id()) {
         return;
     }
     // Forgotten, not dropped: dropping would free its path, and free is not safe here.
     let Some(output) = output.take() else { return };
     contention::stop();
-    if output.forked && contention::is_empty() {
+    if output.forked && contention::waits() == 0 {
         // SAFETY: unlinks a NUL-terminated path.
         unsafe { libc::unlink(output.path.as_ptr()) };
     } else if output.file.is_still_ours() {
@@ -459,11 +523,31 @@ pub fn before_exit() {
 /// `path_PID`), the profile left running in case the exec fails (the file is written again at
 /// the end). Async-signal-safe.
 pub fn before_exec() {
-    let Ok(output) = OUTPUT.try_lock() else { return };
+    let Some(output) = output_briefly() else { return };
     if let Some(o) = output.as_ref().filter(|o| o.pid == std::process::id()) {
         if o.file.is_still_ours() {
             contention::raw_writer::write(o.file.raw());
         }
+    }
+}
+
+/// A checkpoint (`checkpoint`): the profile so far written over the file, as at `_exit`.
+fn write_checkpoint() {
+    let Some(output) = output_briefly() else { return };
+    if let Some(o) = output.as_ref().filter(|o| o.pid == std::process::id()) {
+        if o.file.is_still_ours() {
+            contention::raw_writer::write(o.file.raw());
+        }
+    }
+}
+
+/// `CPUPROFILE_CHECKPOINT`, as for CPU profiles: seconds between checkpoints (2 by default;
+/// `off` or 0: none).
+fn checkpoint_interval() -> Option<std::time::Duration> {
+    let default = Some(cpuprof_core::session::options::DEFAULT_CHECKPOINT);
+    match std::env::var("CPUPROFILE_CHECKPOINT") {
+        Err(_) => default,
+        Ok(text) => cpuprof_core::session::options::parse_checkpoint(&text).unwrap_or(default),
     }
 }
 
