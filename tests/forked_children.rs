@@ -274,12 +274,34 @@ fn sigterm_as_a_writer_starts_still_completes_the_profile() {
 /// A SIGTERM arriving while a child's `_exit` completes its profile (a pool's `terminate`
 /// racing its worker's exit) waits for the completion: the child exits as it would have, its
 /// profile complete (its handler once found the file held by the very thread it interrupted,
-/// waited, and let the signal kill the child with the file cut short).
+/// waited, and let the signal kill the child with the file cut short). On a busy machine a
+/// child may be preempted for the timer's 100 us before it reaches `_exit`, and then dies by
+/// the SIGTERM, with or without the profiler (seen in CI rehearsals): either end is allowed,
+/// most must be exits, and every child's profile is complete either way.
 #[test]
 fn a_sigterm_during_the_exit_completion_waits_for_it() {
     let dir = scratch_dir("exitterm");
-    let out = same_as_plain(&["exitterm", "20"], &dir, &[("CPUPROFILE_FREQUENCY", "1000")]);
-    assert_eq!(String::from_utf8_lossy(&out.stdout).matches("child exit 0").count(), 20);
+    let profile = dir.join("p.prof");
+    let out = {
+        let _alone = alone();
+        run(
+            &["exitterm", "20"],
+            &[
+                ("LD_PRELOAD", lib().to_str().unwrap()),
+                ("CPUPROFILE", profile.to_str().unwrap()),
+                ("CPUPROFILE_FREQUENCY", "1000"),
+            ],
+        )
+    };
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let ends: Vec<&str> = text.lines().filter(|l| l.starts_with("child ")).collect();
+    assert_eq!(ends.len(), 20, "{text}");
+    assert!(
+        ends.iter().all(|l| *l == "child exit 0" || *l == "child signal 15"),
+        "{text}"
+    );
+    assert!(ends.iter().filter(|l| **l == "child exit 0").count() >= 15, "{text}");
     assert_eq!(children(&profiles(&dir)).len(), 20);
 }
 
