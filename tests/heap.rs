@@ -182,6 +182,61 @@ fn dump_triggers_write_numbered_files() {
     assert!(inuse.windows(2).all(|w| w[0] < w[1]), "{inuse:?}");
 }
 
+/// A program thread that asks for a file (`HeapProfilerDump`) after loading a library runs
+/// cpuprof's code, which refreshes the unwinder's snapshot and writes the file: none of what
+/// that allocates is the program's. With every allocation sampled, the files hold the
+/// program's 32 blocks and no chain through cpuprof (the snapshot it kept was once ~1 MB in
+/// use under `cpuprof::unwind`, found in python3 calling the dump through ctypes).
+#[test]
+fn allocations_inside_cpuprof_on_a_program_thread_are_not_the_programs() {
+    let dir = scratch_dir("heap_own_work");
+    let program = compile_c(
+        &dir,
+        "heap_own_work.c",
+        "heap_own_work",
+        &["-O2", "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls"],
+        false,
+    );
+    let prefix = dir.join("o");
+    run_alone(
+        &program,
+        &["libz.so.1"],
+        &[
+            ("LD_PRELOAD", lib().to_str().unwrap()),
+            ("HEAPPROFILE", prefix.to_str().unwrap()),
+            ("HEAP_PROFILE_SAMPLE", "1"),
+            ("HEAP_PROFILE_INUSE_INTERVAL", "0"),
+            ("HEAP_PROFILE_ALLOCATION_INTERVAL", "0"),
+        ],
+    );
+    for n in 1..=3 {
+        let file = dir.join(format!("o.{n:04}.heap"));
+        let top = String::from_utf8_lossy(
+            &run_ok(
+                cli(),
+                &[
+                    "top",
+                    "--cum",
+                    "--sample-index",
+                    "alloc_space",
+                    "-n",
+                    "1000",
+                    file.to_str().unwrap(),
+                ],
+                &[],
+            )
+            .stdout,
+        )
+        .into_owned();
+        assert!(top.contains("program_block"), "{}: {top}", file.display());
+        assert!(
+            !top.contains("cpuprof::") && !top.contains("dl_iterate_phdr"),
+            "{}: cpuprof's own allocations\n{top}",
+            file.display()
+        );
+    }
+}
+
 #[test]
 fn rust_global_allocator_known_answer() {
     let example = build_example("heap_sampled", &[]);

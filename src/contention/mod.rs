@@ -157,7 +157,7 @@ fn weigh(delay_ns: u64, period_ns: u64, u: f64, v: f64) -> Option<(u64, u64)> {
 #[inline(never)]
 #[cold]
 pub fn waited(regs: Registers, delay_ns: u64, skip: usize) {
-    if !is_running() || crate::in_program::thread::is_own_thread() {
+    if !is_running() || crate::in_program::thread::is_own_thread() || crate::in_program::thread::is_own_work() {
         return;
     }
     let Some((delay, count)) = weigh(delay_ns, PERIOD_NS.load(Ordering::Relaxed), uniform(), uniform()) else {
@@ -209,6 +209,7 @@ pub fn profile(maps_text: Vec<u8>) -> ContentionProfile {
 /// The profile so far with the process's maps (and the build-ids of its code), as files and
 /// the endpoints give it.
 pub fn current() -> ContentionProfile {
+    let _own = crate::in_program::thread::own_work();
     let maps = crate::in_program::procfs::read_self_maps();
     let mut mappings = crate::writer::mappings::SeenMappings::default();
     mappings.read_build_ids(&maps);

@@ -70,6 +70,8 @@ pub(crate) fn fork_lock() -> &'static dyn crate::sync::ForkLock {
 /// Starts a heap profile written to files named from `prefix` (`prefix_PID` with `use_pid`),
 /// sampling every `period` bytes.
 pub fn start(prefix: &Path, period: u64, triggers: Triggers, use_pid: bool) -> Result<(), String> {
+    // Here and below: what a program thread allocates inside cpuprof is not the program's.
+    let _own = crate::in_program::thread::own_work();
     let mut files = FILES.lock();
     if files.is_some() || recorder::is_running() {
         return Err("a heap profile is already running".into());
@@ -92,6 +94,7 @@ pub fn start(prefix: &Path, period: u64, triggers: Triggers, use_pid: bool) -> R
 
 /// Writes a file now, saying why on stderr (`reason`); the file's path.
 pub fn dump(reason: &str) -> Result<PathBuf, String> {
+    let _own = crate::in_program::thread::own_work();
     let mut files = FILES.lock();
     let files = files.as_mut().ok_or("no heap profile is being written to files")?;
     files.write(reason)
@@ -218,6 +221,7 @@ impl Files {
 /// The profile now, its maps with the build-ids of the code in them, and what it lost (a
 /// `# heap-losses` line after the maps, which readers skip, and on stderr), if anything.
 pub fn current(mappings: &mut SeenMappings) -> HeapProfile {
+    let _own = crate::in_program::thread::own_work();
     let maps = crate::in_program::procfs::read_self_maps();
     mappings.read_build_ids(&maps);
     let mut text = mappings.complete(&maps);

@@ -43,6 +43,7 @@ pub fn profile() -> HeapProfile {
 /// for CPU profiles: `top`, folded stacks and pprof per value (in use or allocated, bytes or
 /// objects).
 pub fn report() -> crate::HeapReport {
+    let _own = crate::in_program::thread::own_work();
     crate::HeapReport::new(profile())
 }
 

@@ -136,6 +136,11 @@ pub fn sampled(countdown: &mut Countdown, address: *mut u8, size: usize, skip: u
         countdown.left = i64::MAX / 2;
         return;
     }
+    if crate::in_program::thread::is_own_work() {
+        // A program thread inside cpuprof (a file the program asked for): not the program's.
+        // The countdown stays spent: the thread's next allocation of its own is sampled.
+        return;
+    }
     countdown.busy = 1;
     let period = PERIOD.load(Ordering::Relaxed);
     let address = address as u64;

@@ -37,6 +37,43 @@ pub fn is_own_thread() -> bool {
     OWN_TPS.iter().any(|slot| slot.load(Ordering::Relaxed) == tp)
 }
 
+/// Program threads inside cpuprof's own work (writing a heap profile the program asked for,
+/// building its report): what they allocate or wait for meanwhile is cpuprof's, not the
+/// program's. By thread pointer, as [`OWN_TPS`]; 16 at once at most (more are not left out).
+static OWN_WORK_TPS: [AtomicU64; 16] = [const { AtomicU64::new(0) }; 16];
+
+/// While it lives, the calling thread is doing cpuprof's work ([`is_own_work`]).
+#[must_use]
+pub struct OwnWork(Option<usize>);
+
+/// Marks the calling thread as doing cpuprof's work until the guard drops (nested calls
+/// keep the outer mark). Async-signal-safe.
+pub fn own_work() -> OwnWork {
+    if is_own_work() {
+        return OwnWork(None);
+    }
+    let tp = crate::arch::thread_pointer();
+    OwnWork(OWN_WORK_TPS.iter().position(|slot| {
+        slot.compare_exchange(0, tp, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    }))
+}
+
+impl Drop for OwnWork {
+    fn drop(&mut self) {
+        if let Some(slot) = self.0 {
+            OWN_WORK_TPS[slot].store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Whether the calling thread is doing cpuprof's work ([`own_work`]). Async-signal-safe: a
+/// scan of 16 words.
+pub fn is_own_work() -> bool {
+    let tp = crate::arch::thread_pointer();
+    OWN_WORK_TPS.iter().any(|slot| slot.load(Ordering::Relaxed) == tp)
+}
+
 /// The calling thread's entry in [`OWN`], for as long as it lives.
 struct OwnThread(libc::pid_t);
 

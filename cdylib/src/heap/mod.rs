@@ -735,10 +735,13 @@ pub extern "C" fn GetHeapProfile() -> *mut c_char {
     if !recorder::is_running() {
         return std::ptr::null_mut();
     }
+    // The text is cpuprof's (not sampled); the block returned is the program's.
+    let own = cpuprof_core::in_program::thread::own_work();
     let mut text = Vec::new();
     if cpuprof_core::heap::profile().write_text(&mut text).is_err() {
         return std::ptr::null_mut();
     }
+    drop(own);
     let out = malloc(text.len() + 1).cast::<u8>();
     if !out.is_null() {
         // SAFETY: `out` holds text.len() + 1 bytes.
