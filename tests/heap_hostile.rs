@@ -212,6 +212,34 @@ fn jemalloc_preloaded() {
     assert!(stderr.contains("heap profile off"), "{stderr}");
 }
 
+/// A program with its own malloc, started again as `/proc/self/exe` (Chromium's zygote): the
+/// heap profile is off in both processes, each saying the program defines malloc itself (the
+/// loader names the second one `/proc/self/exe`, which was once taken for another object,
+/// with advice to reorder LD_PRELOAD that could not help).
+#[test]
+fn a_program_with_its_own_malloc_says_so_under_any_name() {
+    let dir = scratch_dir("heap_own_malloc");
+    let program = compile_c(&dir, "own_malloc.c", "own_malloc", &["-O2"], false);
+    let out = run_ok(
+        &program,
+        &[],
+        &[
+            ("LD_PRELOAD", lib().to_str().unwrap()),
+            ("HEAPPROFILE", dir.join("h").to_str().unwrap()),
+        ],
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let off: Vec<&str> = stderr.lines().filter(|l| l.contains("heap profile off")).collect();
+    assert_eq!(off.len(), 2, "{stderr}");
+    for line in off {
+        assert!(
+            line.contains("the program defines malloc itself") && !line.contains("/proc/self/exe"),
+            "{line}"
+        );
+    }
+}
+
 #[test]
 fn python3_under_heapprofile() {
     if !require_tools(&["python3"]) {

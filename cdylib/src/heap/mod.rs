@@ -596,8 +596,14 @@ fn other_malloc() -> Option<String> {
 /// Says, in every process (it is a loss), why the heap profile is off: whose `malloc` runs.
 fn say_heap_off(owner: &str) {
     // The executable's own malloc comes before any preloaded library: nothing to reorder.
-    let exe = std::fs::read_link("/proc/self/exe").ok();
-    let advice = if owner.is_empty() || exe.as_deref().is_some_and(|e| e == std::path::Path::new(owner)) {
+    // Compared by the file each name leads to: a program started as `/proc/self/exe`
+    // (Chromium's zygote) is named so by the loader.
+    let real = |path: &str| std::fs::canonicalize(path).ok();
+    let (exe, real_owner) = (real("/proc/self/exe"), real(owner));
+    let owner = real_owner
+        .as_deref()
+        .map_or(owner.to_string(), |p| p.display().to_string());
+    let advice = if owner.is_empty() || (exe.is_some() && exe == real_owner) {
         "the program defines malloc itself, ahead of any preloaded library: its allocations cannot be seen"
     } else {
         "it comes before libcpuprof.so: put libcpuprof.so first in LD_PRELOAD, or link it before the allocator"
