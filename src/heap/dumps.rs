@@ -240,10 +240,12 @@ pub fn current(mappings: &mut SeenMappings) -> HeapProfile {
     recorder::profile(text)
 }
 
-/// In a forked child: its files are its own, numbered from 1 (see [`Files::path`]).
+/// In a forked child: its files are its own, numbered from 1 (see [`Files::path`]), its
+/// profile the blocks it inherited and what it allocates from now on.
 /// Never waits: a lock the fork handlers could not take stays with a thread that is gone.
 pub(crate) fn in_forked_child() {
     super::poller::in_forked_child();
+    recorder::in_forked_child();
     if let Some(files) = FILES.try_lock().as_mut().and_then(|g| g.as_mut()) {
         if files.pid != std::process::id() {
             files.written = 0;

@@ -220,6 +220,18 @@ pub fn forget(address: *mut u8) {
     }
 }
 
+/// In a forked child: the parent's history is the parent's. What the child holds stays in
+/// use under the sites that allocated it; allocated totals start there (without this, every
+/// child of a prefork server repeated the parent's allocations, and sums over the process tree
+/// counted them once per child). Async-signal-safe.
+pub(crate) fn in_forked_child() {
+    if let Some(tables) = tables() {
+        tables.sites.keep_only_in_use();
+    }
+    let freed = FREED.swap(0, Ordering::Relaxed);
+    let _ = ALLOCATED.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |a| Some(a.saturating_sub(freed)));
+}
+
 /// Estimated bytes allocated since the start, and in use now (samples scaled back).
 pub fn estimated_bytes() -> (u64, u64) {
     let (a, f) = (ALLOCATED.load(Ordering::Relaxed), FREED.load(Ordering::Relaxed));

@@ -150,6 +150,26 @@ impl Sites {
         }
     }
 
+    /// Makes every entry's allocated counts what it still holds (allocated less freed), and
+    /// its freed counts 0: a forked child's history starts at the fork, with the blocks it
+    /// inherited. Async-signal-safe; for a single-threaded child (nothing else counts
+    /// meanwhile).
+    pub fn keep_only_in_use(&self) {
+        for slot in 0..CAPACITY {
+            if self.keys[slot].load(Ordering::Acquire) <= BUSY {
+                continue;
+            }
+            let c = &self.counts[slot * 4..slot * 4 + 4];
+            let freed = (c[2].swap(0, Ordering::Relaxed), c[3].swap(0, Ordering::Relaxed));
+            let _ = c[0].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                Some(n.saturating_sub(freed.0))
+            });
+            let _ = c[1].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                Some(n.saturating_sub(freed.1))
+            });
+        }
+    }
+
     /// Samples that found no entry.
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
@@ -188,6 +208,30 @@ impl Sites {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_forked_child_keeps_what_is_in_use() {
+        let sites = Sites::map().unwrap();
+        let a = sites.entry(&[0x10, 0x20], 3).unwrap();
+        sites.allocated(a, 100);
+        sites.allocated(a, 100);
+        sites.allocated(a, 100);
+        sites.freed(a, 100);
+        let b = sites.entry(&[0x30], 3).unwrap();
+        sites.allocated(b, 8);
+        sites.freed(b, 8);
+        sites.keep_only_in_use();
+        let mut seen = Vec::new();
+        sites.for_each(|chain, _, c| seen.push((chain.to_vec(), c)));
+        seen.sort_by_key(|(chain, _)| chain.clone());
+        let held = |objects, bytes| SiteCounts {
+            alloc_objects: objects,
+            alloc_bytes: bytes,
+            freed_objects: 0,
+            freed_bytes: 0,
+        };
+        assert_eq!(seen, vec![(vec![0x10, 0x20], held(2, 200)), (vec![0x30], held(0, 0))]);
+    }
 
     #[test]
     fn size_classes_split_powers_of_two_in_four() {

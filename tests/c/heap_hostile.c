@@ -41,8 +41,18 @@ static void *churn(void *arg) {
   return NULL;
 }
 
+/* Allocated and freed by the parent before its fork: the parent's history, not the child's. */
+__attribute__((noinline)) static void parent_only(void) {
+  for (int i = 0; i < 50; i++) {
+    void *p = malloc(4096 + i);
+    __asm__ volatile("" : : "r"(p) : "memory");
+    free(p);
+  }
+}
+
 static int mode_fork(void) {
   void *before[100];
+  parent_only();
   for (int i = 0; i < 100; i++) before[i] = malloc(1 << (i % 20));
   pid_t pid = fork();
   if (pid == 0) {
