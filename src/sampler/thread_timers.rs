@@ -483,6 +483,13 @@ impl Timers {
             }
             return;
         }
+        if let (Some(chain), Some(Armed::Perf(_))) = (start, self.armed.get(&tid)) {
+            // Armed by the writer's poll too: without an account, the part of a period its
+            // event counted and no signal weighed was lost at exit (`on_thread_exit`): 512
+            // threads 4 ms long beside two busy loops sampled 0.74-0.93 of their CPU time.
+            thread_accounts::open(thread_pointer(), u64::MAX, chain);
+            return;
+        }
         if self.armed.contains_key(&tid) || self.excluded.contains(&tid) {
             return;
         }
