@@ -211,23 +211,7 @@ fn allocations_inside_cpuprof_on_a_program_thread_are_not_the_programs() {
     );
     for n in 1..=3 {
         let file = dir.join(format!("o.{n:04}.heap"));
-        let top = String::from_utf8_lossy(
-            &run_ok(
-                cli(),
-                &[
-                    "top",
-                    "--cum",
-                    "--sample-index",
-                    "alloc_space",
-                    "-n",
-                    "1000",
-                    file.to_str().unwrap(),
-                ],
-                &[],
-            )
-            .stdout,
-        )
-        .into_owned();
+        let top = cpuprof_top_text(&file, &["--sample-index", "alloc_space"]);
         assert!(top.contains("program_block"), "{}: {top}", file.display());
         assert!(
             !top.contains("cpuprof::") && !top.contains("dl_iterate_phdr"),

@@ -106,25 +106,10 @@ fn fork_without_exec() {
     // What the parent allocated and freed before the fork is in its file only: a child's
     // history starts at the fork, with the blocks it inherited.
     for f in &files {
-        let top = String::from_utf8_lossy(
-            &run_ok(
-                cli(),
-                &[
-                    "top",
-                    "--cum",
-                    "--sample-index",
-                    "alloc_objects",
-                    "-n",
-                    "1000",
-                    "--binary",
-                    program.to_str().unwrap(),
-                    f.to_str().unwrap(),
-                ],
-                &[],
-            )
-            .stdout,
-        )
-        .into_owned();
+        let top = cpuprof_top_text(
+            f,
+            &["--sample-index", "alloc_objects", "--binary", program.to_str().unwrap()],
+        );
         let child = f.file_name().unwrap().to_string_lossy().starts_with("h_");
         assert_eq!(top.contains("parent_only"), !child, "{}\n{top}", f.display());
     }

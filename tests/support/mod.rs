@@ -257,6 +257,13 @@ pub fn cpuprof_top(profile: &Path) -> HashMap<String, f64> {
     cum_percentages(&String::from_utf8_lossy(&out.stdout))
 }
 
+/// The text `cpuprof top --cum -n 1000` prints for `profile` with `extra` options (a heap
+/// profile's `--sample-index`, `--binary`).
+pub fn cpuprof_top_text(profile: &Path, extra: &[&str]) -> String {
+    let args = [&["top", "--cum", "-n", "1000"], extra, &[profile.to_str().unwrap()]].concat();
+    String::from_utf8_lossy(&run_ok(cli(), &args, &[]).stdout).into_owned()
+}
+
 /// Flat percentage per function from `cpuprof top`.
 pub fn flat_percentages(profile: &Path) -> HashMap<String, f64> {
     let out = run_ok(cli(), &["top", "-n", "1000", profile.to_str().unwrap()], &[]);
