@@ -1,10 +1,10 @@
 //! `cpuprof diff` on real profiles of the known-answer workload (hot_a 3 : hot_b 1) and of a
 //! new version whose hot_b does twice the work (3 : 2, so hot_b goes from 25 % to 40 %):
 //! effects with intervals, significance corrected for the functions compared, the CI gate's exit
-//! codes, and the same against a history.
+//! codes, and the same against a history (with a version whose hot_b does four times the work).
 //!
 //! These are statistical tests; each assertion's false-failure rate is below 1 in 1000 (worked
-//! out next to it). CPU time recorded: ~23 s.
+//! out next to it). CPU time recorded: ~24 s.
 
 mod support;
 
@@ -32,23 +32,22 @@ fn text(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// The workload (`b_work` 1) or its new version (2), built once per test binary.
+/// The workload (`b_work` 1), its new version (2), or one whose hot_b does four times the work
+/// (4: hot_b 25 -> 57 %), each built once per test binary.
 fn program(b_work: u32) -> &'static Path {
-    static BUILT: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
-    let (one, two) = BUILT.get_or_init(|| {
+    const WORKS: [u32; 3] = [1, 2, 4];
+    static BUILT: OnceLock<Vec<PathBuf>> = OnceLock::new();
+    let built = BUILT.get_or_init(|| {
         let dir = scratch_dir("diff_programs");
         let build = |work: u32| {
             let define = format!("-DHOT_B_WORK={work}");
             let flags = [FLAGS, &[define.as_str()]].concat();
             compile_c(&dir, "hot.c", &format!("hot_b{work}"), &flags, false)
         };
-        (build(1), build(2))
+        WORKS.iter().map(|&work| build(work)).collect()
     });
-    if b_work == 1 {
-        one
-    } else {
-        two
-    }
+    let index = WORKS.iter().position(|&w| w == b_work).expect("a built version");
+    &built[index]
 }
 
 /// Profiles of `runs` = (hot_b work, seconds, frequency), recorded while no other process of
@@ -333,10 +332,13 @@ fn history_marks_what_left_the_usual_range() {
     let report = text(&out);
     assert_eq!(out.status.code(), Some(0), "{report}");
     assert!(row(&report, "hot_b").is_some(), "{report}");
-    // The new version (4.4 s: its time is not comparable with 0.3 s runs, its share is).
-    // hot_b 25 -> 40 %, standard error ~1.5 points (the history's mean and spread, the new
-    // run's sampling): z ~ 10.
-    let grown = &ten_times()[1];
+    // A version whose hot_b does four times the work: 25 -> 57 %, +32 points (1.1 s: its time
+    // is not comparable with 0.3 s runs, its share is). Its standard error is the history's
+    // spread beyond sampling plus the new run's sampling (3 points at 275 observations). The
+    // spread was ~0 on an idle machine, but 4.1 points on one CI machine, which left the
+    // doubled hot_b's +14 points at z 2.8, short of the ~4 Holm needs. At +32 points that
+    // spread still gives z ~6.
+    let grown = &record("diff_grown", &[(4, "1.1", "250")])[0];
     let out = cpuprof(&["diff", "--fail-on", "share=5", "--history", path(&dir), path(grown)]);
     let report = text(&out);
     assert_eq!(out.status.code(), Some(3), "{report}");
