@@ -6,6 +6,8 @@ the default period and at a short one, in the same run.
 Workloads:
   * tight: tests/c/contention_known.c `uncontended N`: one thread locking and unlocking one
     pthread mutex N times (glibc: ~15 ns a pair here), reported as ns per pair added;
+  * tight beside a waiter: the same while another thread waits for another mutex all along,
+    so every release looks for waiters of its lock (the holders' view);
   * sqlite3: /usr/bin/sqlite3 (Debian's, built thread-safe: each statement step takes the
     connection's mutex through pthread_mutex_lock) filling an in-memory table of --rows rows
     in single-row INSERTs and indexing it;
@@ -80,6 +82,7 @@ def main():
         ]
         workloads = [
             ("tight (ns/pair)", [program, "uncontended", str(args.pairs)], None),
+            ("tight beside a waiter (ns/pair)", [program, "uncontended", str(args.pairs), "waiter"], None),
             ("sqlite3", ["sqlite3", ":memory:"], sql),
             ("contended (waited s)", [program, "mutex", "4", "1", "1000"], None),
         ]

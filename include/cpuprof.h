@@ -59,8 +59,11 @@ const CpuprofLabels *CpuprofLabelsSwap(const CpuprofLabels *set);
  * pthread_mutex_lock, the reader-writer locks, semaphores and futex waits, one sampled per
  * `period_ns` nanoseconds waited on average (0: the default, 1 ms), charged to the waiter's
  * call chain; written to `fname` by CpuprofStopContention or at exit, in the format
- * google-pprof and go tool pprof read. The same as CPUPROFILE_CONTENTION. Returns 1 on
- * success, 0 if one runs or on error (on stderr). */
+ * google-pprof and go tool pprof read, and the same waiting charged to the threads that held
+ * the locks (at pthread_mutex_unlock, pthread_rwlock_unlock, sem_post, a futex wake) to
+ * `fname.holders`.
+ * The same as CPUPROFILE_CONTENTION. Returns 1 on success, 0 if one runs or on error (on
+ * stderr). */
 int CpuprofStartContention(const char *fname, unsigned long long period_ns);
 
 /* Stops the contention profile and writes its file. Returns 1 if written, 0 if none ran or

@@ -1,10 +1,11 @@
 //! Lock contention profiles (`CPUPROFILE_CONTENTION`, `CpuprofStartContention`,
 //! `cpuprof::contention::Mutex`, `/pprof/contention`, `/debug/pprof/mutex` and `/block`): known
-//! answers from `tests/c/contention_known.c` and `examples/contention_mutex.rs`, whose threads take one lock in turn, each holding it 1 ms
-//! asleep, and time their own waits. The profile's total delay must be within 20 % of what
-//! they measured, the waiting function on top, in our reader, google-pprof (`--total_delay`)
-//! and go tool pprof. The interposed calls keep glibc's answers (`semantics`); a forked child
-//! writes its own file.
+//! answers from `tests/c/contention_known.c` and `examples/contention_mutex.rs`, whose threads
+//! take one lock in turn, each holding it 1 ms asleep, and time their own waits. The profile's
+//! total delay must be within 20 % of what they measured, the waiting function on top, in our
+//! reader, google-pprof (`--total_delay`) and go tool pprof; the holders' view (`FILE.holders`,
+//! `/debug/pprof/mutex`) the same less the hand-offs, the releasing function on top. The
+//! interposed calls keep glibc's answers (`semantics`); a forked child writes its own files.
 
 mod support;
 use std::path::{Path, PathBuf};
@@ -114,7 +115,10 @@ fn assert_known_answer(binary: &Path, profile: &Path, waited_ns: u64, waiter: &s
     }
 }
 
-fn contended(mode: &str, waiter: &str) {
+/// `mode`'s known answer in both views: the waiters' (`waits.txt`: `waiter` on top, the delay
+/// what the threads measured) and the holders' (`waits.txt.holders`: `holder` on top, the
+/// delay what they measured less the hand-offs, from a release to the waiter's return).
+fn contended(mode: &str, waiter: &str, holder: &str) {
     let prog = program();
     let profile = scratch_dir(&format!("contention_{mode}")).join("waits.txt");
     let out = run_alone(
@@ -127,11 +131,25 @@ fn contended(mode: &str, waiter: &str) {
     );
     let waited: u64 = values(&out)["waited_ns"].parse().unwrap();
     assert_known_answer(&prog, &profile, waited, waiter);
+    let handoff: u64 = values(&out)["handoff_ns"].parse().unwrap();
+    assert_known_answer(&prog, &holders_file(&profile), waited - handoff, holder);
+}
+
+/// The holders' twin of a contention profile's file, `FILE.holders`.
+fn holders_file(profile: &Path) -> PathBuf {
+    let mut name = profile.as_os_str().to_owned();
+    name.push(".holders");
+    PathBuf::from(name)
+}
+
+fn parse_contention(file: &Path) -> cpuprof::format::contention::ContentionProfile {
+    let bytes = std::fs::read(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    cpuprof::format::contention::ContentionProfile::parse(&bytes).unwrap()
 }
 
 #[test]
 fn four_threads_on_one_pthread_mutex() {
-    contended("mutex", "take_mutex");
+    contended("mutex", "take_mutex", "release_mutex");
 }
 
 /// The CLI's other commands on a contention profile: `report` (the HTML page, and against a
@@ -197,8 +215,8 @@ fn the_cli_draws_collapses_compares_and_converts_a_contention_profile() {
 
 #[test]
 fn four_threads_on_one_rwlock_and_one_semaphore() {
-    contended("rwlock", "take_rwlock");
-    contended("sem", "take_sem");
+    contended("rwlock", "take_rwlock", "release_rwlock");
+    contended("sem", "take_sem", "release_sem");
 }
 
 #[test]
@@ -215,6 +233,9 @@ fn four_threads_on_one_rust_std_mutex() {
     );
     let waited: u64 = values(&out)["waited_ns"].parse().unwrap();
     assert_known_answer(&example, &profile, waited, "take_std_mutex");
+    // The holders' view: std's unlock wakes a waiter with FUTEX_WAKE from release_lock.
+    let handoff: u64 = values(&out)["handoff_ns"].parse().unwrap();
+    assert_known_answer(&example, &holders_file(&profile), waited - handoff, "release_lock");
 }
 
 #[test]
@@ -224,6 +245,9 @@ fn a_rust_program_without_preloading_profiles_its_own_mutex() {
     let out = run_alone(&example, &["4", "2", "1000", profile.to_str().unwrap()], &[]);
     let waited: u64 = values(&out)["waited_ns"].parse().unwrap();
     assert_known_answer(&example, &profile, waited, "take_cpuprof_mutex");
+    // The holders' view: the wrapper's guard charges its release.
+    let handoff: u64 = values(&out)["handoff_ns"].parse().unwrap();
+    assert_known_answer(&example, &holders_file(&profile), waited - handoff, "release_lock");
 }
 
 #[test]
@@ -234,6 +258,26 @@ fn the_c_api_starts_and_writes_a_profile() {
     let out = run_alone(&prog, &["api", profile.to_str().unwrap()], &[]);
     let waited: u64 = values(&out)["waited_ns"].parse().unwrap();
     assert_known_answer(&prog, &profile, waited, "take_mutex");
+}
+
+/// A thread cancelled inside `sem_wait` (a cancellation point) ends as without the profiler,
+/// its cleanup run, and stops being a waiter: the post 0.3 s later is charged nothing. Were it
+/// still counted, the post would be charged the 0.4 s since its wait began.
+#[test]
+fn a_thread_cancelled_in_a_wait_stops_waiting() {
+    let prog = program();
+    let profile = scratch_dir("contention_cancel").join("waits.txt");
+    let out = run_alone(
+        &prog,
+        &["cancel"],
+        &[
+            ("LD_PRELOAD", lib().to_str().unwrap()),
+            ("CPUPROFILE_CONTENTION", profile.to_str().unwrap()),
+        ],
+    );
+    assert_eq!(values(&out)["cancelled"], "1");
+    let holders = parse_contention(&holders_file(&profile));
+    assert_eq!(holders.totals(), (0, 0), "{holders:?}");
 }
 
 #[test]
@@ -306,24 +350,28 @@ fn forked_child_writes(mode: &str) {
     );
     // The child's output comes first: two `waited_ns` lines, each ~1 s of two threads' waits.
     let text = String::from_utf8_lossy(&out.stdout);
-    let waited: Vec<u64> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("waited_ns ")?.parse().ok())
-        .collect();
-    assert_eq!(waited.len(), 2, "{text}");
+    let numbers = |key: &str| -> Vec<u64> { text.lines().filter_map(|l| l.strip_prefix(key)?.parse().ok()).collect() };
+    let (waited, handoff) = (numbers("waited_ns "), numbers("handoff_ns "));
+    assert!(waited.len() == 2 && handoff.len() == 2, "{text}");
     let child_file = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("waits.txt_"))
+        .find(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            name.starts_with("waits.txt_") && !name.ends_with(".holders")
+        })
         .expect("the child's file, waits.txt_PID");
-    for (file, truth) in [(&child_file, waited[0]), (&profile, waited[1])] {
-        let parsed = cpuprof::format::contention::ContentionProfile::parse(&std::fs::read(file).unwrap()).unwrap();
-        let delay = parsed.totals().0 as f64;
-        assert!(
-            (delay / truth as f64 - 1.0).abs() <= 0.2,
-            "{}: {delay} ns of delay, its process measured {truth}",
-            file.display()
-        );
+    // Each process's holders' view is its own too: its waits less their hand-offs.
+    let files = [(&child_file, 0), (&profile, 1)];
+    for (file, i) in files {
+        for (view, truth) in [(file.clone(), waited[i]), (holders_file(file), waited[i] - handoff[i])] {
+            let delay = parse_contention(&view).totals().0 as f64;
+            assert!(
+                (delay / truth as f64 - 1.0).abs() <= 0.2,
+                "{}: {delay} ns of delay, its process measured {truth}",
+                view.display()
+            );
+        }
     }
 }
 
@@ -368,10 +416,23 @@ fn a_process_killed_by_sigkill_leaves_its_last_checkpoint() {
     let prog = program();
     let dir = scratch_dir("contention_sigkill");
     let _alone = alone();
-    for checkpoint in ["2", "off"] {
-        let profile = dir.join(format!("waits-{checkpoint}.txt"));
+    // Four threads; the same without checkpoints; two single-threaded processes taking a
+    // semaphore in shared memory in turn, whose checkpoints their own waits write (cpuprof
+    // adds no thread to a single-threaded process).
+    let cases = [
+        ("mutex", "2", "take_mutex", 1.0),
+        ("mutex", "off", "", 0.0),
+        ("procs", "2", "take_shared_sem", 0.3),
+    ];
+    for (mode, checkpoint, waiter, least) in cases {
+        let profile = dir.join(format!("waits-{mode}-{checkpoint}.txt"));
+        let args: &[&str] = if mode == "procs" {
+            &["procs", "10", "1000"]
+        } else {
+            &["mutex", "4", "10", "1000"]
+        };
         let mut child = std::process::Command::new(&prog)
-            .args(["mutex", "4", "10", "1000"])
+            .args(args)
             .env("LD_PRELOAD", lib())
             .env("CPUPROFILE_CONTENTION", &profile)
             .env("CPUPROFILE_CHECKPOINT", checkpoint)
@@ -388,13 +449,14 @@ fn a_process_killed_by_sigkill_leaves_its_last_checkpoint() {
             continue;
         }
         for (reader, total, table) in readers(&prog, &profile) {
-            // Three threads waiting for the ~2 s before the checkpoint (less the start).
+            // Three threads waiting for the ~2 s before the checkpoint (less the start); one
+            // process waiting half of them.
             assert!(
-                (1.0..7.0).contains(&total),
-                "{reader}: {total} s of delay at the checkpoint\n{table}"
+                (least..7.0).contains(&total),
+                "{reader}: {total} s of delay at the checkpoint of {mode}\n{table}"
             );
-            let share = share(&cum_percentages(&table), "take_mutex");
-            assert!(share >= 95.0, "{reader}: take_mutex holds {share}%\n{table}");
+            let share = share(&cum_percentages(&table), waiter);
+            assert!(share >= 95.0, "{reader}: {waiter} holds {share}%\n{table}");
         }
     }
 }
@@ -432,7 +494,9 @@ fn contention_endpoints_serve_text_and_protobuf() {
             &[("HOME", std::env::temp_dir().to_str().unwrap())],
         );
         let top = String::from_utf8_lossy(&top.stdout);
-        assert!(top.contains("Type: delay") && top.contains("take_mutex"), "{top}");
+        // Go's mutex profile is the holders' view: the releasing function.
+        assert!(top.contains("Type: delay") && top.contains("release_mutex"), "{top}");
+        assert!(!top.contains("take_mutex"), "{top}");
     }
     let (out, _) = child.finish();
     assert!(out.status.success());

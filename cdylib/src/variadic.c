@@ -115,19 +115,28 @@ HIDDEN int cpuprof_clone(int (*fn)(void *), void *stack, int flags, void *arg, .
   return real(fn, stack, flags, arg, parent_tid, tls, child_tid);
 }
 
-/* contention.rs: whether a contention profile runs, and where a timed futex wait goes; set at
- * load (cpuprof_set_futex_hooks), before which futex waits are passed on untimed. */
+/* contention.rs: whether a contention profile runs, where a timed futex wait goes (counted
+ * among the futex's waiters while it lasts, for the holder's view), and what a wake charges
+ * the waker; set at load (cpuprof_set_futex_hooks), before which futex calls pass untimed. */
 static int (*contention_running)(void);
-static void (*futex_waited)(uint64_t delay_ns);
+static intptr_t (*futex_arrive)(uintptr_t futex, uint64_t start_ns);
+static void (*futex_waited)(uint64_t delay_ns, intptr_t slot);
+static uint64_t (*futex_waking)(uintptr_t futex);
+static void (*futex_woke)(uint64_t delay_ns);
 
 typedef long (*syscall_fn)(long, ...);
 static syscall_fn next_syscall;
 
 /* Also finds the next syscall at load: a first call from a signal handler must not dlsym. */
-HIDDEN void cpuprof_set_futex_hooks(int (*running)(void), void (*waited)(uint64_t)) {
+HIDDEN void cpuprof_set_futex_hooks(int (*running)(void), intptr_t (*arrive)(uintptr_t, uint64_t),
+                                    void (*waited)(uint64_t, intptr_t), uint64_t (*waking)(uintptr_t),
+                                    void (*woke)(uint64_t)) {
   if (__atomic_load_n(&next_syscall, __ATOMIC_RELAXED) == NULL)
     __atomic_store_n(&next_syscall, (syscall_fn)dlsym(RTLD_NEXT, "syscall"), __ATOMIC_RELAXED);
+  __atomic_store_n(&futex_arrive, arrive, __ATOMIC_RELAXED);
   __atomic_store_n(&futex_waited, waited, __ATOMIC_RELAXED);
+  __atomic_store_n(&futex_waking, waking, __ATOMIC_RELAXED);
+  __atomic_store_n(&futex_woke, woke, __ATOMIC_RELAXED);
   __atomic_store_n(&contention_running, running, __ATOMIC_RELEASE);
 }
 
@@ -152,6 +161,18 @@ static int is_futex_wait(long op) {
   }
 }
 
+/* The futex operations that wake a waiter: what a lock's releaser calls. */
+static int is_futex_wake(long op) {
+  switch (op & FUTEX_CMD_MASK) {
+    case FUTEX_WAKE:
+    case FUTEX_WAKE_BITSET:
+    case FUTEX_UNLOCK_PI:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
 HIDDEN long cpuprof_syscall(long number, ...) {
   va_list ap;
   va_start(ap, number);
@@ -164,10 +185,18 @@ HIDDEN long cpuprof_syscall(long number, ...) {
     __atomic_store_n(&next_syscall, next, __ATOMIC_RELAXED);
   }
   int (*running)(void) = __atomic_load_n(&contention_running, __ATOMIC_ACQUIRE);
-  if (number != SYS_futex || !is_futex_wait(b) || running == NULL || !running())
-    return next(number, a, b, c, d, e, f);
+  if (number != SYS_futex || running == NULL || !running()) return next(number, a, b, c, d, e, f);
+  if (is_futex_wake(b)) {
+    /* Taken before the wake, or the waiter woken could leave first and take its wait along. */
+    uint64_t delay = futex_waking((uintptr_t)a);
+    long result = next(number, a, b, c, d, e, f);
+    if (delay > 0) futex_woke(delay);
+    return result;
+  }
+  if (!is_futex_wait(b)) return next(number, a, b, c, d, e, f);
   uint64_t start = monotonic_ns();
+  intptr_t slot = futex_arrive((uintptr_t)a, start);
   long result = next(number, a, b, c, d, e, f);
-  futex_waited(monotonic_ns() - start);
+  futex_waited(monotonic_ns() - start, slot);
   return result;
 }

@@ -15,8 +15,13 @@
 //! (rounded at random, so the sums stay unbiased): at most one walk of the stack per period of
 //! waiting, whatever the number of waits. Waits of a period or more are all recorded.
 //!
-//! **Charged to the waiter** (as async-profiler does): the chain is the waiting thread's, the
-//! delay its wait. The holder's view (Go's mutex profile) is not taken.
+//! **Two views** ([`View`]): charged to the waiter (as async-profiler does: the chain is the
+//! waiting thread's, the delay its wait), and charged to the holder (as Go's mutex profile:
+//! the chain is the releasing thread's, the delay what its lock's waiters accrued while it held
+//! it, [`holders`]). The holder's view covers the waits whose end libcpuprof.so sees: mutexes
+//! and read-write locks (`pthread_mutex_unlock`, `pthread_rwlock_unlock`), semaphores (the
+//! thread that posts, `sem_post`), and futexes (the thread whose `FUTEX_WAKE` ended the waits:
+//! the unlocker of a Rust `Mutex`, the notifier of a `Condvar`).
 //!
 //! The chain is walked after the wait (only then is the delay known), by the heap profile's
 //! walker (`heap::walker`: the CPU profile's unwind snapshot when one runs, else a snapshot of
@@ -24,11 +29,13 @@
 //! profile's kind (`heap::sites`), lock-free and allocation-free: the lock path follows the
 //! signal handler's rules (no allocation, no lock, no system call but the clock reads).
 
+pub mod holders;
 mod mutex;
 pub mod raw_writer;
 
-pub use mutex::Mutex;
+pub use mutex::{Mutex, MutexGuard};
 
+pub use crate::format::contention::View;
 use crate::format::contention::{ContentionProfile, ContentionRecord};
 use crate::heap::sites::{Sites, MAX_DEPTH};
 use crate::heap::walker;
@@ -43,9 +50,18 @@ pub const DEFAULT_PERIOD_NS: u64 = 1_000_000;
 /// Frames a walk keeps: the chain's and the few of ours above it.
 const WALK_DEPTH: usize = MAX_DEPTH + 8;
 
-static TABLE: OnceLock<Sites> = OnceLock::new();
-/// The table once mapped, for the lock path (a load, no `OnceLock` state machine).
-static TABLE_PTR: AtomicPtr<Sites> = AtomicPtr::new(std::ptr::null_mut());
+/// Which table holds a view's chains.
+fn index(view: View) -> usize {
+    match view {
+        View::Waiters => 0,
+        View::Holders => 1,
+    }
+}
+
+/// One site table per view.
+static TABLES: [OnceLock<Sites>; 2] = [OnceLock::new(), OnceLock::new()];
+/// The tables once mapped, for the lock path (a load, no `OnceLock` state machine).
+static TABLE_PTRS: [AtomicPtr<Sites>; 2] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 2];
 /// Whether a profile runs; read by the interposers before they try.
 pub static RUNNING: AtomicBool = AtomicBool::new(false);
 static PERIOD_NS: AtomicU64 = AtomicU64::new(DEFAULT_PERIOD_NS);
@@ -53,6 +69,8 @@ static PERIOD_NS: AtomicU64 = AtomicU64::new(DEFAULT_PERIOD_NS);
 static RANDOM: AtomicU64 = AtomicU64::new(0x853c_49e6_748f_ea9b);
 /// When the profile started ([`now_ns`]).
 static STARTED_NS: AtomicU64 = AtomicU64::new(0);
+/// Samples recorded since then, in both views.
+static RECORDED: AtomicU64 = AtomicU64::new(0);
 
 /// Starts recording waits, about one per `period_ns` nanoseconds waited (at least 1: every
 /// wait). A restart forgets the previous profile. Not for the lock path.
@@ -60,19 +78,22 @@ pub fn start(period_ns: u64) -> Result<(), StartError> {
     if RUNNING.load(Ordering::SeqCst) {
         return Err(StartError::Running("contention"));
     }
-    let table = match TABLE.get() {
-        Some(t) => {
-            t.clear();
-            t
-        }
-        None => {
-            let made = Sites::map().ok_or(StartError::NoMemory("contention"))?;
-            TABLE.get_or_init(|| made)
-        }
-    };
-    TABLE_PTR.store(table as *const Sites as *mut Sites, Ordering::Release);
+    for (cell, ptr) in TABLES.iter().zip(&TABLE_PTRS) {
+        let table = match cell.get() {
+            Some(t) => {
+                t.clear();
+                t
+            }
+            None => {
+                let made = Sites::map().ok_or(StartError::NoMemory("contention"))?;
+                cell.get_or_init(|| made)
+            }
+        };
+        ptr.store(table as *const Sites as *mut Sites, Ordering::Release);
+    }
     walker::prepare(WALK_DEPTH);
     STARTED_NS.store(now_ns(), Ordering::Relaxed);
+    RECORDED.store(0, Ordering::Relaxed);
     PERIOD_NS.store(period_ns.max(1), Ordering::Relaxed);
     RUNNING.store(true, Ordering::SeqCst);
     Ok(())
@@ -81,25 +102,24 @@ pub fn start(period_ns: u64) -> Result<(), StartError> {
 /// In a forked child: the parent's waits are the parent's; the child's profile, if one runs,
 /// starts empty at the fork. Async-signal-safe (the table's pages are given back).
 pub fn forget_in_child() {
-    if let Some(table) = TABLE.get() {
+    for table in TABLES.iter().filter_map(OnceLock::get) {
         table.clear();
     }
+    holders::forget_in_child();
     STARTED_NS.store(now_ns(), Ordering::Relaxed);
+    RECORDED.store(0, Ordering::Relaxed);
 }
 
-/// The table, once a profile has started. Async-signal-safe: one load.
-fn table() -> Option<&'static Sites> {
+/// The table of `view`, once a profile has started. Async-signal-safe: one load.
+fn table(view: View) -> Option<&'static Sites> {
     // SAFETY: set once from a `'static` OnceLock value, never freed.
-    unsafe { TABLE_PTR.load(Ordering::Acquire).as_ref() }
+    unsafe { TABLE_PTRS[index(view)].load(Ordering::Acquire).as_ref() }
 }
 
-/// The waits the profile holds (each recorded wait standing for its count). Async-signal-safe.
-pub fn waits() -> u64 {
-    let mut waits = 0u64;
-    if let Some(table) = table() {
-        table.for_each(|_, _, counts| waits = waits.saturating_add(counts.alloc_objects));
-    }
-    waits
+/// Samples recorded since the profile started, in both views: whether anything came in since
+/// a moment, in a load. Async-signal-safe.
+pub fn recorded() -> u64 {
+    RECORDED.load(Ordering::Relaxed)
 }
 
 /// Stops recording; the profile stays readable ([`profile`]) until the next start.
@@ -157,18 +177,66 @@ fn weigh(delay_ns: u64, period_ns: u64, u: f64, v: f64) -> Option<(u64, u64)> {
 #[inline(never)]
 #[cold]
 pub fn waited(regs: Registers, delay_ns: u64, skip: usize) {
-    if !is_running() || crate::in_program::thread::is_own_thread() || crate::in_program::thread::is_own_work() {
+    if !is_running() || is_ours() {
         return;
     }
+    record(View::Waiters, regs, delay_ns, skip + 1);
+}
+
+/// Whether the calling thread is cpuprof's, or a program thread inside cpuprof: its waits and
+/// releases are not the program's.
+fn is_ours() -> bool {
+    crate::in_program::thread::is_own_thread() || crate::in_program::thread::is_own_work()
+}
+
+/// A wait for the lock at `lock` starts now (`now_ns`, the start of its timing): tracked for
+/// the holder's view, to be ended by [`holders::depart`]. Async-signal-safe.
+#[inline]
+pub fn arrive(lock: usize, now_ns: u64) -> Option<holders::Waiting> {
+    if is_ours() {
+        return None;
+    }
+    holders::arrive(lock, now_ns)
+}
+
+/// The calling thread is about to release the lock at `lock`: what its waiters accrued while
+/// it held it, in nanoseconds, for [`charge_holder`] after the release (0: nothing to charge).
+/// Taken before the release, or a waiter woken by it could leave first and take its wait
+/// along. Call it only when [`holders::anyone_waiting`]. Async-signal-safe.
+#[inline]
+pub fn releasing(lock: usize) -> u64 {
+    let delay_ns = holders::released(lock, now_ns);
+    if delay_ns == 0 || !is_running() || is_ours() {
+        return 0;
+    }
+    delay_ns
+}
+
+/// Charges `delay_ns` (from [`releasing`]) to the releasing thread's chain at `regs` (the
+/// interposer's registers, `skip` frames more left out, as in [`waited`]), sampled by delay as
+/// waits are. Async-signal-safe: no allocation, no lock.
+#[inline(never)]
+#[cold]
+pub fn charge_holder(regs: Registers, delay_ns: u64, skip: usize) {
+    if delay_ns == 0 || !is_running() {
+        return;
+    }
+    record(View::Holders, regs, delay_ns, skip + 1);
+}
+
+/// Samples a delay of `view` by its size and, if chosen, walks and records the chain at `regs`
+/// (less the frames inside libcpuprof.so and `skip` more).
+#[inline(always)]
+fn record(view: View, regs: Registers, delay_ns: u64, skip: usize) {
     let Some((delay, count)) = weigh(delay_ns, PERIOD_NS.load(Ordering::Relaxed), uniform(), uniform()) else {
         return;
     };
-    let Some(table) = table() else {
+    let Some(table) = table(view) else {
         return;
     };
     let mut frames = [0u64; WALK_DEPTH];
     let n = walker::walk(regs, &mut frames);
-    let skip = (skip + 1).min(n);
+    let skip = skip.min(n);
     let own = frames[skip..n]
         .iter()
         .take_while(|&&pc| crate::heap::recorder::is_own_code(pc))
@@ -176,15 +244,16 @@ pub fn waited(regs: Registers, delay_ns: u64, skip: usize) {
     let chain = &frames[skip + own..n];
     if let Some(site) = table.entry(chain, 0) {
         table.add(site, count, delay);
+        RECORDED.fetch_add(1, Ordering::Relaxed);
     }
 }
 
-/// The profile so far: one line per call chain (chains recorded twice merged), longest delay
-/// first, with the maps text `maps_text`. Not for the lock path.
-pub fn profile(maps_text: Vec<u8>) -> ContentionProfile {
+/// The profile of `view` so far: one line per call chain (chains recorded twice merged),
+/// longest delay first, with the maps text `maps_text`. Not for the lock path.
+pub fn profile(view: View, maps_text: Vec<u8>) -> ContentionProfile {
     let mut lines: HashMap<Vec<u64>, (u64, u64)> = HashMap::new();
     let mut discarded = 0;
-    if let Some(table) = TABLE.get() {
+    if let Some(table) = TABLES[index(view)].get() {
         table.for_each(|chain, _, c| {
             let line = lines.entry(chain.to_vec()).or_default();
             line.0 = line.0.saturating_add(c.alloc_bytes);
@@ -199,6 +268,7 @@ pub fn profile(maps_text: Vec<u8>) -> ContentionProfile {
     records.sort_by(|a, b| (b.delay_ns, &a.stack).cmp(&(a.delay_ns, &b.stack)));
     let duration_ms = now_ns().saturating_sub(STARTED_NS.load(Ordering::Relaxed)) / 1_000_000;
     ContentionProfile {
+        view,
         duration_ms,
         discarded,
         records,
@@ -206,15 +276,15 @@ pub fn profile(maps_text: Vec<u8>) -> ContentionProfile {
     }
 }
 
-/// The profile so far with the process's maps (and the build-ids of its code), as files and
-/// the endpoints give it.
-pub fn current() -> ContentionProfile {
+/// The profile of `view` so far with the process's maps (and the build-ids of its code), as
+/// files and the endpoints give it.
+pub fn current(view: View) -> ContentionProfile {
     let _own = crate::in_program::thread::own_work();
     let maps = crate::in_program::procfs::read_self_maps();
     let mut mappings = crate::writer::mappings::SeenMappings::default();
     mappings.read_build_ids(&maps);
     walker::refresh_if_stale(WALK_DEPTH);
-    profile(mappings.complete(&maps))
+    profile(view, mappings.complete(&maps))
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! `heap::sites`) is on two lines, and there are no `# build-id` lines (reading them
 //! allocates). `/proc/self/maps` is copied as it is.
 
-use super::{table, STARTED_NS};
+use super::{table, View, STARTED_NS};
 use std::ffi::c_int;
 use std::sync::atomic::Ordering;
 
@@ -78,9 +78,9 @@ impl Out {
     }
 }
 
-/// Writes the profile so far to `fd` from offset 0 and cuts the file there; whether
+/// Writes the profile of `view` so far to `fd` from offset 0 and cuts the file there; whether
 /// all was written. Async-signal-safe.
-pub fn write(fd: c_int) -> bool {
+pub fn write(fd: c_int, view: View) -> bool {
     let mut out = Out {
         fd,
         buffer: [0; 4096],
@@ -91,7 +91,11 @@ pub fn write(fd: c_int) -> bool {
     out.bytes(b"--- contention:\ncycles/second = 1000000000\nsampling period = 1\nms since reset = ");
     out.decimal(super::now_ns().saturating_sub(STARTED_NS.load(Ordering::Relaxed)) / 1_000_000);
     out.bytes(b"\n");
-    if let Some(table) = table() {
+    if view == View::Holders {
+        out.bytes(crate::format::contention::HOLDERS_LINE.as_bytes());
+        out.bytes(b"\n");
+    }
+    if let Some(table) = table(view) {
         table.for_each(|chain, _, counts| {
             if counts.alloc_objects == 0 {
                 return;

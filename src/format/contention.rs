@@ -18,6 +18,11 @@
 //! header's marker is `--- contention:`, which both readers take (go tool pprof wants the
 //! colon, google-pprof any `--- contention`). The maps follow `--- Memory map: ---`.
 //!
+//! A profile of the holder's view (the delay charged to the threads that released the lock,
+//! [`View::Holders`]) says so in a comment after the header values, `# delay charged to:
+//! holders`, which go tool pprof skips and google-pprof takes for a line of the maps (where it
+//! matches no mapping).
+//!
 //! Pure code, defensive like the other readers: any input gives a profile or an error.
 
 use super::pprof::{Frame, Pprof};
@@ -36,9 +41,39 @@ pub struct ContentionRecord {
     pub stack: Vec<u64>,
 }
 
+/// Whose call chains a contention profile's lines are.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum View {
+    /// The waiting threads', the delay their waits (as async-profiler and google-pprof's
+    /// contention profiles).
+    #[default]
+    Waiters,
+    /// The releasing threads', the delay what the lock's waiters accrued while they held it
+    /// (as Go's mutex profile).
+    Holders,
+}
+
+impl View {
+    /// Both views.
+    pub const ALL: [View; 2] = [View::Waiters, View::Holders];
+
+    /// `waiters` or `holders`.
+    pub fn name(self) -> &'static str {
+        match self {
+            View::Waiters => "waiters",
+            View::Holders => "holders",
+        }
+    }
+}
+
+/// The comment that marks a profile of the holder's view.
+pub const HOLDERS_LINE: &str = "# delay charged to: holders";
+
 /// A contention profile: its lines and the mapped objects.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ContentionProfile {
+    /// Whose chains the lines are.
+    pub view: View,
     /// How long the profile ran, in milliseconds (`ms since reset`).
     pub duration_ms: u64,
     /// Waits the profile could not keep (`discarded samples`: its table was full).
@@ -132,6 +167,9 @@ impl ContentionProfile {
         if self.discarded > 0 {
             writeln!(out, "discarded samples = {}", self.discarded)?;
         }
+        if self.view == View::Holders {
+            writeln!(out, "{HOLDERS_LINE}")?;
+        }
         let mut line = String::new();
         for r in &self.records {
             use std::fmt::Write as _;
@@ -176,6 +214,9 @@ impl ContentionProfile {
             if trimmed.starts_with(MAPS_MARKER) {
                 maps_start = Some(offset);
                 break;
+            }
+            if trimmed == HOLDERS_LINE {
+                profile.view = View::Holders;
             }
             if trimmed.is_empty() || trimmed.starts_with('#') {
                 continue;
@@ -265,6 +306,7 @@ mod tests {
 
     fn sample() -> ContentionProfile {
         ContentionProfile {
+            view: View::Waiters,
             duration_ms: 2000,
             discarded: 0,
             records: vec![
@@ -297,6 +339,17 @@ mod tests {
         assert_eq!(ContentionProfile::parse(&text), Ok(p.clone()));
         assert_eq!(p.totals(), (5_231_000, 1281));
         assert_eq!(p.maps().entries.len(), 1);
+    }
+
+    #[test]
+    fn the_holders_view_reads_back_as_such() {
+        let p = ContentionProfile {
+            view: View::Holders,
+            ..sample()
+        };
+        let text = p.to_text();
+        assert!(String::from_utf8_lossy(&text).contains("\n# delay charged to: holders\n"));
+        assert_eq!(ContentionProfile::parse(&text), Ok(p));
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! The contention profile's endpoints (`crate::contention`, docs/CONTENTION.md):
 //! * `/pprof/contention`: the text google-pprof reads (`--- contention:`);
 //! * `/debug/pprof/mutex` and `/debug/pprof/block`: gzipped protobuf with Go's sample types
-//!   `contentions/count` and `delay/nanoseconds`, of the same waits (Go tells lock waits from
-//!   other blocking; here a semaphore is how Python's `threading.Lock` blocks, and a futex wait
-//!   is how Rust's `Mutex` and `Condvar` both do: the call chains tell them apart).
+//!   `contentions/count` and `delay/nanoseconds`. As in Go, `mutex` charges the holders (the
+//!   releasing threads' chains) and `block` the waiters (Go tells lock waits from other
+//!   blocking; here a semaphore is how Python's `threading.Lock` blocks, and a futex wait is how
+//!   Rust's `Mutex` and `Condvar` both do: the call chains tell them apart).
 //!
 //! With a contention profile running (`CPUPROFILE_CONTENTION`), each answers the profile so far,
 //! or with `?seconds=N` what the next N seconds added (Go's handlers' delta). Without one, the
@@ -11,7 +12,7 @@
 
 use super::endpoints::{optional_seconds, ClientWatch};
 use super::request::{Request, Response};
-use crate::contention;
+use crate::contention::{self, View};
 use crate::format::contention::{ContentionProfile, ContentionRecord};
 use crate::symbolize::Symbolizer;
 use flate2::write::GzEncoder;
@@ -39,10 +40,14 @@ pub(super) fn serve(req: &Request, answer: Answer, client_gone: ClientWatch) -> 
         Err(response) => return response,
     };
     let started = SystemTime::now();
+    let view = match answer {
+        Answer::Protobuf { block: false } => View::Holders,
+        _ => View::Waiters,
+    };
     let taken = if contention::is_running() && !TAKING.load(Ordering::Acquire) {
-        continuous(seconds, client_gone)
+        continuous(view, seconds, client_gone)
     } else {
-        on_demand(seconds.unwrap_or(super::endpoints::DEFAULT_SECONDS), client_gone)
+        on_demand(view, seconds.unwrap_or(super::endpoints::DEFAULT_SECONDS), client_gone)
     };
     let profile = match taken {
         Ok(Some(profile)) => profile,
@@ -55,14 +60,18 @@ pub(super) fn serve(req: &Request, answer: Answer, client_gone: ClientWatch) -> 
     }
 }
 
-/// The running profile so far, or what the next `seconds` added to it.
-fn continuous(seconds: Option<u64>, client_gone: ClientWatch) -> Result<Option<ContentionProfile>, Response> {
-    let before = contention::current();
+/// The running profile's `view` so far, or what the next `seconds` added to it.
+fn continuous(
+    view: View,
+    seconds: Option<u64>,
+    client_gone: ClientWatch,
+) -> Result<Option<ContentionProfile>, Response> {
+    let before = contention::current(view);
     let Some(s) = seconds else { return Ok(Some(before)) };
     if client_gone(Duration::from_secs(s)) {
         return Ok(None);
     }
-    let mut after = contention::current();
+    let mut after = contention::current(view);
     let earlier: HashMap<&[u64], (u64, u64)> = before
         .records
         .iter()
@@ -85,8 +94,8 @@ fn continuous(seconds: Option<u64>, client_gone: ClientWatch) -> Result<Option<C
     Ok(Some(after))
 }
 
-/// A profile of the next `seconds`, taken for this request.
-fn on_demand(seconds: u64, client_gone: ClientWatch) -> Result<Option<ContentionProfile>, Response> {
+/// The `view` of a profile of the next `seconds`, taken for this request.
+fn on_demand(view: View, seconds: u64, client_gone: ClientWatch) -> Result<Option<ContentionProfile>, Response> {
     if TAKING.swap(true, Ordering::AcqRel) {
         return Err(Response::text(
             409,
@@ -97,7 +106,7 @@ fn on_demand(seconds: u64, client_gone: ClientWatch) -> Result<Option<Contention
         Ok(()) => {
             let gone = client_gone(Duration::from_secs(seconds));
             contention::stop();
-            Ok((!gone).then(contention::current))
+            Ok((!gone).then(|| contention::current(view)))
         }
         Err(e) => Err(Response::text(500, format!("cannot take a contention profile: {e}"))),
     };

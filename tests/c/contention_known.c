@@ -2,20 +2,34 @@
  * other, each timing its own waits.
  *
  *   contention_known mutex T SECONDS HOLD_US   T threads take one pthread mutex in turn (in
- *                                              take_mutex), each holding it HOLD_US asleep,
- *                                              for SECONDS; prints `waited_ns N` (the time
- *                                              all threads spent in pthread_mutex_lock) and
- *                                              `waits N` (calls that waited over 1 us).
+ *                                              take_mutex, given back in release_mutex), each
+ *                                              holding it HOLD_US asleep, for SECONDS; prints
+ *                                              `waited_ns N` (the time all threads spent in
+ *                                              pthread_mutex_lock), `waits N` (calls that
+ *                                              waited over 1 us) and `handoff_ns N` (of the
+ *                                              waits, the time from a release to the return).
  *   contention_known rwlock T SECONDS HOLD_US  the same with a reader-writer lock taken for
- *                                              writing (take_rwlock).
- *   contention_known sem T SECONDS HOLD_US     the same with a semaphore of one (take_sem).
- *   contention_known uncontended N             N lock/unlock pairs of one thread; prints
- *                                              `ns_per_pair X` (for the overhead benchmark).
+ *                                              writing (take_rwlock, release_rwlock).
+ *   contention_known sem T SECONDS HOLD_US     the same with a semaphore of one (take_sem,
+ *                                              release_sem).
+ *   contention_known uncontended N [waiter]    N lock/unlock pairs of one thread; prints
+ *                                              `ns_per_pair X` (for the overhead benchmark);
+ *                                              with `waiter`, while another thread waits for
+ *                                              another mutex all along (a wait the holders'
+ *                                              view tracks: every release looks it up).
  *   contention_known semantics                 the answers the interposed calls must keep:
  *                                              relocking an error-checking mutex (EDEADLK),
  *                                              timed locks and waits past their deadline
  *                                              (ETIMEDOUT, errno), a recursive mutex, a
  *                                              reader-writer lock held for reading twice.
+ *   contention_known procs SECONDS HOLD_US     two single-threaded processes (forked) taking a
+ *                                              process-shared semaphore in turn (in
+ *                                              take_shared_sem), each holding it HOLD_US
+ *                                              asleep; the child dies with the parent.
+ *   contention_known cancel                    a thread cancelled inside sem_wait, then, 0.3 s
+ *                                              later, the semaphore posted (in
+ *                                              post_after_cancel); prints `cancelled 1` if the
+ *                                              thread ended cancelled, its cleanup run.
  *   contention_known fork SECONDS HOLD_US      `mutex 2 SECONDS HOLD_US` in a forked child,
  *                                              then in the parent.
  *   contention_known drop SECONDS HOLD_US      as `fork`, but the child becomes nobody
@@ -32,6 +46,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #ifdef USE_API
@@ -54,32 +71,59 @@ static long long now_ns(void) {
 struct waits {
   long long waited_ns;
   long waits;
+  /* Of waited_ns, the time from the lock's release to the waiter's return: the hand-off,
+   * which the holder's view charges to no holder. */
+  long long handoff_ns;
 };
+
+/* When the lock (mutex, rwlock or semaphore) was last given back. */
+static long long released_at;
+
+static void count_wait(struct waits *w, long long start) {
+  long long acquired = now_ns(), waited = acquired - start;
+  w->waited_ns += waited;
+  w->waits += waited > 1000;
+  long long handoff = acquired - __atomic_load_n(&released_at, __ATOMIC_RELAXED);
+  if (waited > 1000 && handoff > 0 && handoff < waited) w->handoff_ns += handoff;
+}
 
 /* Each takes its lock, timing the wait. */
 __attribute__((noinline)) static void take_mutex(struct waits *w) {
   long long start = now_ns();
   pthread_mutex_lock(&mutex);
-  long long waited = now_ns() - start;
-  w->waited_ns += waited;
-  w->waits += waited > 1000;
+  count_wait(w, start);
 }
 
 __attribute__((noinline)) static void take_rwlock(struct waits *w) {
   long long start = now_ns();
   pthread_rwlock_wrlock(&rwlock);
-  long long waited = now_ns() - start;
-  w->waited_ns += waited;
-  w->waits += waited > 1000;
+  count_wait(w, start);
 }
 
 __attribute__((noinline)) static void take_sem(struct waits *w) {
   long long start = now_ns();
   while (sem_wait(&sem) != 0) {
   }
-  long long waited = now_ns() - start;
-  w->waited_ns += waited;
-  w->waits += waited > 1000;
+  count_wait(w, start);
+}
+
+/* Each gives its lock back: the holders' chains (the holder's view). */
+__attribute__((noinline)) static void release_mutex(void) {
+  __atomic_store_n(&released_at, now_ns(), __ATOMIC_RELAXED);
+  pthread_mutex_unlock(&mutex);
+  __asm__ volatile("" ::: "memory"); /* not a tail call: this frame stays on the chain */
+}
+
+__attribute__((noinline)) static void release_rwlock(void) {
+  __atomic_store_n(&released_at, now_ns(), __ATOMIC_RELAXED);
+  pthread_rwlock_unlock(&rwlock);
+  __asm__ volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) static void release_sem(void) {
+  __atomic_store_n(&released_at, now_ns(), __ATOMIC_RELAXED);
+  sem_post(&sem);
+  __asm__ volatile("" ::: "memory");
 }
 
 static void *worker(void *arg) {
@@ -89,15 +133,15 @@ static void *worker(void *arg) {
     if (strcmp(mode, "mutex") == 0) {
       take_mutex(w);
       usleep(hold_us);
-      pthread_mutex_unlock(&mutex);
+      release_mutex();
     } else if (strcmp(mode, "rwlock") == 0) {
       take_rwlock(w);
       usleep(hold_us);
-      pthread_rwlock_unlock(&rwlock);
+      release_rwlock();
     } else {
       take_sem(w);
       usleep(hold_us);
-      sem_post(&sem);
+      release_sem();
     }
   }
   return NULL;
@@ -164,18 +208,101 @@ static int semantics(void) {
   return 0;
 }
 
+static int cleaned_up;
+
+static void clean_up(void *arg) {
+  (void)arg;
+  cleaned_up = 1;
+}
+
+static void *wait_until_cancelled(void *arg) {
+  pthread_cleanup_push(clean_up, NULL);
+  while (sem_wait(arg) != 0) {
+  }
+  pthread_cleanup_pop(0);
+  return NULL;
+}
+
+__attribute__((noinline)) static void post_after_cancel(sem_t *s) {
+  sem_post(s);
+  __asm__ volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) static void take_shared_sem(sem_t *s, struct waits *w) {
+  long long start = now_ns();
+  while (sem_wait(s) != 0) {
+  }
+  count_wait(w, start);
+}
+
+/* Two single-threaded processes waiting for each other (a prefork server's workers). */
+static int procs(double secs, long hold) {
+  sem_t *shared = mmap(NULL, sizeof(sem_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (shared == MAP_FAILED || sem_init(shared, 1, 1) != 0) return 1;
+  pid_t child = fork();
+  if (child == 0) prctl(PR_SET_PDEATHSIG, SIGKILL);
+  struct waits w = {0, 0, 0};
+  long long end = now_ns() + (long long)(secs * 1e9);
+  while (now_ns() < end) {
+    take_shared_sem(shared, &w);
+    usleep(hold);
+    sem_post(shared);
+  }
+  if (child == 0) _exit(0);
+  waitpid(child, NULL, 0);
+  printf("waited_ns %lld\n", w.waited_ns);
+  return 0;
+}
+
+/* A wait left by cancellation: no one waits when the semaphore is posted later. */
+static int cancel(void) {
+  sem_t never;
+  sem_init(&never, 0, 0);
+  pthread_t t;
+  pthread_create(&t, NULL, wait_until_cancelled, &never);
+  usleep(100000);
+  pthread_cancel(t);
+  void *result;
+  pthread_join(t, &result);
+  usleep(300000);
+  post_after_cancel(&never);
+  printf("cancelled %d\n", result == PTHREAD_CANCELED && cleaned_up);
+  return 0;
+}
+
+static pthread_mutex_t other = PTHREAD_MUTEX_INITIALIZER;
+
+static void *wait_for_other(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&other);
+  pthread_mutex_unlock(&other);
+  return NULL;
+}
+
 int main(int argc, char **argv) {
-  if (argc == 3 && strcmp(argv[1], "uncontended") == 0) {
+  if ((argc == 3 || (argc == 4 && strcmp(argv[3], "waiter") == 0)) && strcmp(argv[1], "uncontended") == 0) {
     long n = atol(argv[2]);
+    pthread_t waiter;
+    if (argc == 4) {
+      pthread_mutex_lock(&other);
+      pthread_create(&waiter, NULL, wait_for_other, NULL);
+      usleep(20000); /* in its wait */
+    }
     long long start = now_ns();
     for (long i = 0; i < n; i++) {
       pthread_mutex_lock(&mutex);
       pthread_mutex_unlock(&mutex);
     }
     printf("ns_per_pair %.2f\n", (double)(now_ns() - start) / n);
+    if (argc == 4) {
+      pthread_mutex_unlock(&other);
+      pthread_join(waiter, NULL);
+    }
     return 0;
   }
   if (argc == 2 && strcmp(argv[1], "semantics") == 0) return semantics();
+  if (argc == 2 && strcmp(argv[1], "cancel") == 0) return cancel();
+  if (argc == 4 && strcmp(argv[1], "procs") == 0) return procs(atof(argv[2]), atol(argv[3]));
 #ifdef USE_API
   if (argc == 3 && strcmp(argv[1], "api") == 0) {
     char *args[] = {argv[0], "mutex", "4", "1", "1000", NULL};
@@ -215,13 +342,14 @@ int main(int argc, char **argv) {
   struct waits w[64];
   memset(w, 0, sizeof w);
   for (int i = 0; i < threads; i++) pthread_create(&t[i], NULL, worker, &w[i]);
-  long long waited = 0;
+  long long waited = 0, handoff = 0;
   long waits = 0;
   for (int i = 0; i < threads; i++) {
     pthread_join(t[i], NULL);
     waited += w[i].waited_ns;
     waits += w[i].waits;
+    handoff += w[i].handoff_ns;
   }
-  printf("waited_ns %lld\nwaits %ld\n", waited, waits);
+  printf("waited_ns %lld\nwaits %ld\nhandoff_ns %lld\n", waited, waits, handoff);
   return 0;
 }

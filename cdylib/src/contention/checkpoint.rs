@@ -5,11 +5,14 @@
 //! (`contention::raw_writer`: the text and the maps, no build-id lines; the file written at
 //! the end has them).
 //!
-//! Not from the lock path: the thread that waited holds the lock it just took, and writing
-//! there would lengthen its critical section. The thread blocks every signal, and, as every
-//! thread of cpuprof's, starts only once the program has a thread of its own (`pthread_create`
-//! calls [`start_if_deferred`]): a single-threaded process (a prefork server's worker waiting
-//! on a semaphore in shared memory) gets no checkpoints, and keeps only what its end writes.
+//! Not from the lock path where a thread can do it: the thread that waited holds the lock it
+//! just took, and writing there would lengthen its critical section. The thread blocks every
+//! signal, and, as every thread of cpuprof's, starts only once the program has a thread of its
+//! own (`pthread_create` calls [`start_if_deferred`]). Until then (a single-threaded process:
+//! a prefork server's worker waiting on a semaphore in shared memory, another process's post
+//! ending its waits), the waiting thread writes a checkpoint that is due itself, after its
+//! wait ([`after_wait`]): at most once per interval, and only if the lock path's try of the
+//! file finds it free.
 
 use cpuprof_core::contention;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -21,6 +24,10 @@ static EVERY_MS: AtomicU64 = AtomicU64::new(0);
 static SPAWNED: AtomicBool = AtomicBool::new(false);
 /// Set while checkpoints wait for the program's first thread.
 static DEFERRED: AtomicBool = AtomicBool::new(false);
+/// While deferred: when the last checkpoint was due (`contention::now_ns`), and the samples it
+/// wrote (`contention::recorded`).
+static DUE_FROM_NS: AtomicU64 = AtomicU64::new(0);
+static WRITTEN: AtomicU64 = AtomicU64::new(0);
 
 /// Checkpoints every `every` (none: `None`) while the profile started with a file runs.
 pub fn start(every: Option<Duration>) {
@@ -32,7 +39,7 @@ pub fn start(every: Option<Duration>) {
     if cpuprof_core::writer::threadless::deferral_enabled()
         && cpuprof_core::in_program::procfs::self_thread_count_once() == Some(1)
     {
-        DEFERRED.store(true, Ordering::SeqCst);
+        defer();
     } else {
         spawn();
     }
@@ -49,10 +56,47 @@ pub fn start_if_deferred() {
 /// file start with its first thread.
 pub fn in_forked_child() {
     SPAWNED.store(false, Ordering::SeqCst);
-    DEFERRED.store(
-        contention::is_running() && EVERY_MS.load(Ordering::SeqCst) > 0,
-        Ordering::SeqCst,
-    );
+    DEFERRED.store(false, Ordering::SeqCst);
+    if contention::is_running() && EVERY_MS.load(Ordering::SeqCst) > 0 {
+        defer();
+    }
+}
+
+/// Checkpoints wait for the program's first thread; meanwhile its waits write them.
+fn defer() {
+    DUE_FROM_NS.store(contention::now_ns(), Ordering::SeqCst);
+    WRITTEN.store(0, Ordering::SeqCst);
+    DEFERRED.store(true, Ordering::SeqCst);
+}
+
+/// After a wait of the program's, in a process whose checkpoints wait for its first thread:
+/// the checkpoint, if one is due and waits came in since the last. One load otherwise.
+/// Async-signal-safe (the file is only tried).
+#[inline]
+pub fn after_wait() {
+    if DEFERRED.load(Ordering::Relaxed) {
+        write_if_due();
+    }
+}
+
+#[cold]
+fn write_if_due() {
+    let every_ns = EVERY_MS.load(Ordering::Relaxed).saturating_mul(1_000_000);
+    let (now, due_from) = (contention::now_ns(), DUE_FROM_NS.load(Ordering::Relaxed));
+    if every_ns == 0 || now.saturating_sub(due_from) < every_ns {
+        return;
+    }
+    // One thread takes this interval's checkpoint (a signal handler's wait could race ours).
+    if DUE_FROM_NS
+        .compare_exchange(due_from, now, Ordering::AcqRel, Ordering::Relaxed)
+        .is_err()
+    {
+        return;
+    }
+    let recorded = contention::recorded();
+    if recorded != WRITTEN.load(Ordering::Relaxed) && super::try_write_checkpoint() {
+        WRITTEN.store(recorded, Ordering::Relaxed);
+    }
 }
 
 fn spawn() {
@@ -61,13 +105,13 @@ fn spawn() {
     }
     let builder = std::thread::Builder::new().name("cpuprof-waits".into());
     let spawned = cpuprof_core::in_program::thread::spawn_signal_free(builder, || {
-        let mut written = contention::waits();
+        let mut written = contention::recorded();
         while contention::is_running() {
             std::thread::sleep(Duration::from_millis(EVERY_MS.load(Ordering::SeqCst)));
-            let waits = contention::waits();
-            if waits != written && contention::is_running() {
+            let recorded = contention::recorded();
+            if recorded != written && contention::is_running() {
                 super::write_checkpoint();
-                written = waits;
+                written = recorded;
             }
         }
         SPAWNED.store(false, Ordering::SeqCst);

@@ -12,13 +12,19 @@
 //! glibc's `pthread_cond_wait` re-locks its mutex internally, without calling
 //! `pthread_mutex_lock`: that wait is not seen (docs/CONTENTION.md).
 //!
+//! The releases, `pthread_mutex_unlock`, `pthread_rwlock_unlock`, `sem_post` and
+//! `syscall(SYS_futex, FUTEX_WAKE...)`, charge the releaser with what the lock's waiters
+//! accrued (the holder's view, `contention::holders`); with no wait tracked each costs a load
+//! more than the call.
+//!
 //! `CPUPROFILE_CONTENTION=path` at load (or `CpuprofStartContention`, include/cpuprof.h) starts
-//! a profile written to `path` at exit (or by `CpuprofStopContention`), at `_exit`, `exec` and
-//! an ending signal's default action, and at checkpoints ([`checkpoint`]) for `SIGKILL`.
+//! a profile written to `path` (the waiters' view) and `path.holders` at exit (or by
+//! `CpuprofStopContention`), at `_exit`, `exec` and an ending signal's default action, and at
+//! checkpoints ([`checkpoint`]) for `SIGKILL`.
 
 pub mod checkpoint;
 
-use cpuprof_core::contention;
+use cpuprof_core::contention::{self, holders, View};
 use cpuprof_core::in_program::fd::GuardedFd;
 use cpuprof_core::in_program::messages;
 use cpuprof_core::sampler::default_actions::{self, Completer};
@@ -40,9 +46,12 @@ enum Next {
     SemWait,
     SemTrywait,
     SemTimedwait,
+    MutexUnlock,
+    RwlockUnlock,
+    SemPost,
 }
 
-const NAMES: [&CStr; 11] = [
+const NAMES: [&CStr; 14] = [
     c"pthread_mutex_lock",
     c"pthread_mutex_trylock",
     c"pthread_mutex_timedlock",
@@ -54,15 +63,18 @@ const NAMES: [&CStr; 11] = [
     c"sem_wait",
     c"sem_trywait",
     c"sem_timedwait",
+    c"pthread_mutex_unlock",
+    c"pthread_rwlock_unlock",
+    c"sem_post",
 ];
 
-static NEXT: [AtomicUsize; 11] = [const { AtomicUsize::new(0) }; 11];
+static NEXT: [AtomicUsize; 14] = [const { AtomicUsize::new(0) }; 14];
 
 /// Finds the functions passed on to and gives the futex interposer its hooks. At load, before
 /// anything can lock.
 pub fn resolve() {
-    // SAFETY: registers two plain functions with the C interposer.
-    unsafe { cpuprof_set_futex_hooks(contention_running, futex_waited) };
+    // SAFETY: registers plain functions with the C interposer.
+    unsafe { cpuprof_set_futex_hooks(contention_running, futex_arrive, futex_waited, futex_waking, futex_woke) };
     for (slot, name) in NEXT.iter().zip(NAMES) {
         if slot.load(Ordering::Relaxed) == 0 {
             // SAFETY: dlsym with a constant NUL-terminated name; RTLD_NEXT skips this library.
@@ -91,23 +103,46 @@ unsafe fn next<F: Copy>(which: Next) -> F {
     unsafe { std::mem::transmute_copy::<usize, F>(&addr) }
 }
 
-/// Runs `block` (the blocking call) timed, and hands the delay to the profile; `errno` stays
-/// as `block` left it.
+/// Runs `block` (the blocking call on `lock`) timed, and hands the delay to the profile;
+/// `errno` stays as `block` left it. The wait is counted among the lock's waiters while it
+/// lasts, for the holder's view.
 #[inline(never)]
-fn timed<R>(block: impl FnOnce() -> R) -> R {
+fn timed<R>(lock: usize, block: impl FnOnce() -> R) -> R {
     let start = contention::now_ns();
+    let waiting = Departs(contention::arrive(lock, start));
     let result = block();
     let delay = contention::now_ns().saturating_sub(start);
+    drop(waiting);
     // SAFETY: the calling thread's errno.
     let errno = unsafe { *libc::__errno_location() };
     contention::waited(cpuprof_core::arch::calling_registers(), delay, 0);
+    checkpoint::after_wait();
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
     result
 }
 
+/// A tracked wait, ended when dropped: also when the thread is cancelled inside the wait
+/// (`sem_wait` is a cancellation point), as glibc unwinds it through this frame; else it would
+/// stay counted as a waiter, charged to every later release of its lock.
+struct Departs(Option<holders::Waiting>);
+
+impl Drop for Departs {
+    fn drop(&mut self) {
+        if let Some(w) = self.0.take() {
+            holders::depart(w);
+        }
+    }
+}
+
 unsafe extern "C" {
-    fn cpuprof_set_futex_hooks(running: extern "C" fn() -> c_int, waited: extern "C" fn(u64));
+    fn cpuprof_set_futex_hooks(
+        running: extern "C" fn() -> c_int,
+        arrive: extern "C" fn(usize, u64) -> isize,
+        waited: extern "C" fn(u64, isize),
+        waking: extern "C" fn(usize) -> u64,
+        woke: extern "C" fn(u64),
+    );
 }
 
 /// For the futex interposer (src/variadic.c): whether futex waits are timed.
@@ -115,11 +150,49 @@ extern "C" fn contention_running() -> c_int {
     c_int::from(contention::is_running())
 }
 
-/// Called by the futex interposer (src/variadic.c) after a futex wait of `delay_ns`.
-extern "C" fn futex_waited(delay_ns: u64) {
+/// Called by the futex interposer (src/variadic.c) before a futex wait on `futex` starting at
+/// `start_ns`: the wait counted among the futex's waiters, for the holder's view. The slot for
+/// [`futex_waited`], or -1 (not tracked).
+extern "C" fn futex_arrive(futex: usize, start_ns: u64) -> isize {
+    contention::arrive(futex, start_ns).map_or(-1, |w| w.slot() as isize)
+}
+
+/// Called by the futex interposer (src/variadic.c) after a futex wait of `delay_ns`, with what
+/// [`futex_arrive`] answered.
+extern "C" fn futex_waited(delay_ns: u64, slot: isize) {
+    if let Some(w) = usize::try_from(slot).ok().and_then(holders::Waiting::from_slot) {
+        holders::depart(w);
+    }
     // SAFETY: the calling thread's errno.
     let errno = unsafe { *libc::__errno_location() };
     contention::waited(cpuprof_core::arch::calling_registers(), delay_ns, 0);
+    checkpoint::after_wait();
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+/// Called by the futex interposer (src/variadic.c) before a `FUTEX_WAKE` on `futex`: what
+/// the futex's waiters accrued, to charge the waker with after the call ([`futex_woke`]); 0
+/// if no wait is tracked.
+extern "C" fn futex_waking(futex: usize) -> u64 {
+    if !contention::is_running() || !holders::anyone_waiting() {
+        return 0;
+    }
+    contention::releasing(futex)
+}
+
+/// Called by the futex interposer (src/variadic.c) after a `FUTEX_WAKE` for which
+/// [`futex_waking`] answered `delay_ns` > 0.
+extern "C" fn futex_woke(delay_ns: u64) {
+    charge_holder(delay_ns);
+}
+
+/// Charges the releaser of a lock (the calling thread) with `delay_ns`, `errno` kept.
+#[inline(never)]
+fn charge_holder(delay_ns: u64) {
+    // SAFETY: the calling thread's errno.
+    let errno = unsafe { *libc::__errno_location() };
+    contention::charge_holder(cpuprof_core::arch::calling_registers(), delay_ns, 0);
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
 }
@@ -146,7 +219,7 @@ macro_rules! lock_interposer {
             if tried != $busy {
                 return tried;
             }
-            timed(|| call(lock $(, $arg)*))
+            timed(lock as usize, || call(lock $(, $arg)*))
         }
     };
 }
@@ -192,6 +265,38 @@ lock_interposer!(
     Lock
 );
 
+/// A release (a lock's unlock, a semaphore's post): passed on; while waits are tracked, what
+/// the lock's waiters accrued is taken before the release and charged to the releaser after it
+/// (the holder's view).
+macro_rules! unlock_interposer {
+    ($name:ident, $next:expr) => {
+        /// Interposed for the contention profile (see the module's documentation).
+        ///
+        /// # Safety
+        /// As the libc function of the same name.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(lock: *mut c_void) -> c_int {
+            let call = next::<Lock>($next);
+            if !contention::is_running() || !holders::anyone_waiting() {
+                return call(lock);
+            }
+            let delay = contention::releasing(lock as usize);
+            let result = call(lock);
+            if delay > 0 {
+                charge_holder(delay);
+            }
+            result
+        }
+    };
+}
+
+unlock_interposer!(pthread_mutex_unlock, Next::MutexUnlock);
+unlock_interposer!(pthread_rwlock_unlock, Next::RwlockUnlock);
+// A semaphore has no owner: its "holder" is the thread that posts, as a lock's release when it
+// serves as one (Python's `threading.Lock`, PostgreSQL's lightweight locks), else the producer
+// the waiter waited for.
+unlock_interposer!(sem_post, Next::SemPost);
+
 /// `sem_wait` and `sem_timedwait`: `sem_trywait` first, timed if it fails with `EAGAIN`.
 unsafe fn semaphore(sem: *mut c_void, call: impl FnOnce() -> c_int) -> c_int {
     if !contention::is_running() {
@@ -205,7 +310,7 @@ unsafe fn semaphore(sem: *mut c_void, call: impl FnOnce() -> c_int) -> c_int {
     if unsafe { *libc::__errno_location() } != libc::EAGAIN {
         return call();
     }
-    timed(call)
+    timed(sem as usize, call)
 }
 
 /// Interposed for the contention profile (see the module's documentation).
@@ -260,7 +365,9 @@ pub fn start_from_environment() {
         path.clone()
     };
     match start_with_file(&file, &path, period) {
-        Ok(()) => cpuprof_core::say!("cpuprof: contention profile to {file}, a sample per {period} ns waited"),
+        Ok(()) => cpuprof_core::say!(
+            "cpuprof: contention profile to {file} (waiters) and {file}.holders, a sample per {period} ns waited"
+        ),
         Err(e) => cpuprof_core::say!("cpuprof: contention profile: {e}; the program continues without one"),
     }
 }
@@ -273,21 +380,70 @@ fn parse_period(text: &str) -> Option<u64> {
         .filter(|n| (1..=1_000_000_000_000).contains(n))
 }
 
-/// Where a contention profile started with a file goes. The file is created when the profile
-/// starts (in a child forked from the process, at the fork), so that a process that drops its
-/// privileges afterwards (nginx's and postgres' workers) still has it, and it is written
-/// through that descriptor at the end.
+/// Where a contention profile started with a file goes: the waiters' view to `path`, the
+/// holders' to `path.holders`. The files are created when the profile starts (in a child
+/// forked from the process, at the fork), so that a process that drops its privileges
+/// afterwards (nginx's and postgres' workers) still has them, and written through those
+/// descriptors at the end.
 struct Output {
-    /// The process the file belongs to (a vfork'ed child, which shares this memory, does not
-    /// write it).
+    /// The process the files belong to (a vfork'ed child, which shares this memory, does not
+    /// write them).
     pid: u32,
-    path: CString,
-    /// The name the process tree's files share (`CPUPROFILE_CONTENTION`): a forked child's is
-    /// `base_PID`, as every other process's of the tree.
+    /// The two files, by view ([`View::ALL`]'s order).
+    files: [ViewFile; 2],
+    /// The name the process tree's files share (`CPUPROFILE_CONTENTION`): a forked child's are
+    /// `base_PID` and `base_PID.holders`, as every other process's of the tree.
     base: CString,
-    file: GuardedFd,
     /// Created at a fork: removed again if the child recorded nothing (a shell forks often).
     forked: bool,
+}
+
+/// The file of one view.
+struct ViewFile {
+    view: View,
+    path: CString,
+    file: GuardedFd,
+}
+
+impl Output {
+    /// Creates the files of the profile at `path` (`path` and `path.holders`).
+    fn create(pid: u32, path: &CStr, base: CString, forked: bool) -> Result<Output, String> {
+        let file = |view: View| {
+            let mut name = path.to_bytes().to_vec();
+            if view == View::Holders {
+                name.extend_from_slice(b".holders");
+            }
+            let name = CString::new(name).expect("no NUL in a C string");
+            match create(&name) {
+                Ok(file) => Ok(ViewFile { view, path: name, file }),
+                Err(e) => Err(format!("cannot create {}: {e}", name.to_string_lossy())),
+            }
+        };
+        Ok(Output {
+            pid,
+            files: [file(View::Waiters)?, file(View::Holders)?],
+            base,
+            forked,
+        })
+    }
+
+    /// Writes both views as at `_exit` (without allocating), each to its file if the
+    /// descriptor is still ours. Async-signal-safe.
+    fn write_raw(&self) {
+        for f in &self.files {
+            if f.file.is_still_ours() {
+                contention::raw_writer::write(f.file.raw(), f.view);
+            }
+        }
+    }
+
+    /// Removes both files. Async-signal-safe.
+    fn unlink(&self) {
+        for f in &self.files {
+            // SAFETY: unlinks a NUL-terminated path.
+            unsafe { libc::unlink(f.path.as_ptr()) };
+        }
+    }
 }
 
 static OUTPUT: OutputLock = OutputLock {
@@ -373,15 +529,9 @@ fn create(path: &CStr) -> std::io::Result<GuardedFd> {
 fn start_with_file(path: &str, base: &str, period: u64) -> Result<(), String> {
     let nul = |p: &str| CString::new(p).map_err(|_| format!("{p:?}: a file name with a NUL byte"));
     let (c_path, base) = (nul(path)?, nul(base)?);
-    let file = create(&c_path).map_err(|e| format!("cannot create {path}: {e}"))?;
+    let output = Output::create(std::process::id(), &c_path, base, false)?;
     contention::start(period).map_err(|e| e.to_string())?;
-    *output_briefly().ok_or("a contention profile is being written")? = Some(Output {
-        pid: std::process::id(),
-        path: c_path,
-        base,
-        file,
-        forked: false,
-    });
+    *output_briefly().ok_or("a contention profile is being written")? = Some(output);
     checkpoint::start(checkpoint_interval());
     // A process ended by a signal's default action (SIGTERM, SIGINT, a crash) writes the file
     // first, as at `_exit`.
@@ -409,20 +559,11 @@ extern "C" fn in_forked_child() {
     path.extend_from_slice(format!("_{pid}").as_bytes());
     let Ok(path) = CString::new(path) else { return };
     let base = parent.base.clone();
-    *output = match create(&path) {
-        Ok(file) => Some(Output {
-            pid,
-            path,
-            base,
-            file,
-            forked: true,
-        }),
+    *output = match Output::create(pid, &path, base, true) {
+        Ok(output) => Some(output),
         Err(e) => {
             // Said by every process: a worker is rarely the process the user started.
-            messages::say_for_tree(format_args!(
-                "cpuprof: process {pid}: cannot create the contention profile {}: {e}",
-                path.to_string_lossy()
-            ));
+            messages::say_for_tree(format_args!("cpuprof: process {pid}: contention profile: {e}"));
             None
         }
     };
@@ -445,16 +586,22 @@ fn write_file() -> bool {
     }
     contention::stop();
     default_actions::release(Completer::Contention);
-    let profile = contention::current();
-    let path = output.path.to_string_lossy().into_owned();
-    if output.forked && profile.records.is_empty() {
-        // SAFETY: unlinks a NUL-terminated path.
-        unsafe { libc::unlink(output.path.as_ptr()) };
+    if output.forked && contention::recorded() == 0 {
+        output.unlink();
         return true;
     }
+    let [waiters, holders] = &output.files;
+    let written = write_view(waiters);
+    write_view(holders) && written
+}
+
+/// Writes the profile of one view to its file; whether it was written (if not, said).
+fn write_view(f: &ViewFile) -> bool {
+    let profile = contention::current(f.view);
+    let path = f.path.to_string_lossy().into_owned();
     let text = profile.to_text();
-    let written = if output.file.is_still_ours() {
-        let fd = output.file.raw();
+    let written = if f.file.is_still_ours() {
+        let fd = f.file.raw();
         // SAFETY: our own descriptor, just checked; writes our own bytes.
         let truncated = unsafe { libc::ftruncate(fd, 0) } == 0;
         truncated && write_all_at(fd, &text)
@@ -510,11 +657,10 @@ pub fn before_exit() {
     // Forgotten, not dropped: dropping would free its path, and free is not safe here.
     let Some(output) = output.take() else { return };
     contention::stop();
-    if output.forked && contention::waits() == 0 {
-        // SAFETY: unlinks a NUL-terminated path.
-        unsafe { libc::unlink(output.path.as_ptr()) };
-    } else if output.file.is_still_ours() {
-        contention::raw_writer::write(output.file.raw());
+    if output.forked && contention::recorded() == 0 {
+        output.unlink();
+    } else {
+        output.write_raw();
     }
     std::mem::forget(output);
 }
@@ -525,9 +671,7 @@ pub fn before_exit() {
 pub fn before_exec() {
     let Some(output) = output_briefly() else { return };
     if let Some(o) = output.as_ref().filter(|o| o.pid == std::process::id()) {
-        if o.file.is_still_ours() {
-            contention::raw_writer::write(o.file.raw());
-        }
+        o.write_raw();
     }
 }
 
@@ -535,9 +679,20 @@ pub fn before_exec() {
 fn write_checkpoint() {
     let Some(output) = output_briefly() else { return };
     if let Some(o) = output.as_ref().filter(|o| o.pid == std::process::id()) {
-        if o.file.is_still_ours() {
-            contention::raw_writer::write(o.file.raw());
+        o.write_raw();
+    }
+}
+
+/// A checkpoint from the lock path (`checkpoint::after_wait`): as [`write_checkpoint`], if the
+/// file is free at the first try; whether it was written. Async-signal-safe.
+fn try_write_checkpoint() -> bool {
+    let Some(output) = OUTPUT.try_lock() else { return false };
+    match output.as_ref().filter(|o| o.pid == std::process::id()) {
+        Some(o) => {
+            o.write_raw();
+            true
         }
+        None => false,
     }
 }
 

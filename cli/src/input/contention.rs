@@ -66,7 +66,10 @@ pub fn stacks(profile: &ContentionProfile, value: ContentionValue, locator: &Loc
     Stacks::symbolise_weighted(
         &maps,
         locator,
-        Unit::Contention { value },
+        Unit::Contention {
+            value,
+            view: profile.view,
+        },
         chains.iter().map(|(s, v)| (s.as_slice(), *v)),
     )
     .filter(filters)
@@ -110,6 +113,7 @@ pub fn check(profile: &ContentionProfile) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cpuprof::format::contention::View;
 
     const TEXT: &str = "--- contention:\ncycles/second = 1000000000\nsampling period = 1\nms since reset = 2000\n\
         3000000 30 @ 0x1001 0x2001\n1000000 10 @ 0x1101 0x2001\n--- Memory map: ---\n";
@@ -126,7 +130,8 @@ mod tests {
         assert_eq!(
             delay.unit,
             Unit::Contention {
-                value: ContentionValue::Delay
+                value: ContentionValue::Delay,
+                view: View::Waiters,
             }
         );
         // Every address is looked up at its call.

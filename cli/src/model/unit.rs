@@ -3,7 +3,7 @@
 //! allocations, or one of a contention profile's two (delay, contentions). The readers ([`crate::model::stacks`]) add counts whatever they are; the
 //! renderers ask the unit how to name and print them.
 
-use cpuprof::format::contention::ContentionValue;
+use cpuprof::format::contention::{ContentionValue, View};
 use cpuprof::format::heap::HeapValue;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -16,8 +16,9 @@ pub enum Unit {
     /// pprof does; `period` is the mean bytes between samples (`heap_v2/N`; 1 when every
     /// allocation was recorded).
     Heap { value: HeapValue, period: u64 },
-    /// A contention profile's `value`: nanoseconds waited (`delay`) or waits (`contentions`).
-    Contention { value: ContentionValue },
+    /// A contention profile's `value`: nanoseconds waited (`delay`) or waits (`contentions`),
+    /// charged to the waiters or the holders (`view`).
+    Contention { value: ContentionValue, view: View },
 }
 
 /// A value `--sample-index` names: one of a heap profile's four or a contention profile's two
@@ -57,7 +58,7 @@ impl Unit {
     /// The contention value counted, for a contention profile.
     pub fn contention_value(self) -> Option<ContentionValue> {
         match self {
-            Unit::Contention { value } => Some(value),
+            Unit::Contention { value, .. } => Some(value),
             _ => None,
         }
     }
@@ -72,7 +73,13 @@ impl Unit {
         match self {
             Unit::Samples => "a CPU profile".to_string(),
             Unit::Heap { value, .. } => format!("a heap profile ({})", value.name()),
-            Unit::Contention { value } => format!("a contention profile ({})", value.name()),
+            Unit::Contention { value, view } => {
+                format!(
+                    "a contention profile ({}, charged to the {})",
+                    value.name(),
+                    view.name()
+                )
+            }
         }
     }
 
@@ -87,7 +94,7 @@ impl Unit {
         match self {
             Unit::Samples => "samples",
             Unit::Heap { value, .. } => value.name(),
-            Unit::Contention { value } => value.name(),
+            Unit::Contention { value, .. } => value.name(),
         }
     }
 
@@ -99,6 +106,7 @@ impl Unit {
             Unit::Heap { .. } => "objects",
             Unit::Contention {
                 value: ContentionValue::Delay,
+                ..
             } => "nanoseconds",
             Unit::Contention { .. } => "waits",
         }

@@ -5,6 +5,7 @@ use crate::input::heap;
 use crate::model::stacks::{Functions, Stacks};
 use crate::model::unit::Unit;
 use crate::render::units::{self, Scale};
+use cpuprof::format::contention::View;
 use cpuprof::format::heap::{HeapCounts, HeapKind, HeapProfile};
 use cpuprof::format::{EventLine, Profile};
 use std::collections::HashSet;
@@ -137,11 +138,12 @@ fn heap_top(functions: &Functions, rows: &[(usize, &str, u64, u64)]) -> String {
 
 /// The line that says what a heap or contention profile's counts are.
 pub fn heap_heading(unit: Unit) -> String {
-    if let Unit::Contention { value } = unit {
-        return format!(
-            "Contention profile: {} (threads' waits for locks and semaphores, charged to the waiter)\n",
-            value.name()
-        );
+    if let Unit::Contention { value, view } = unit {
+        let charged = match view {
+            View::Waiters => "threads' waits for locks and semaphores, charged to the waiter",
+            View::Holders => "threads' waits for locks, charged to the holder that released the lock",
+        };
+        return format!("Contention profile: {} ({charged})\n", value.name());
     }
     let Unit::Heap { value, period } = unit else {
         return String::new();
@@ -178,8 +180,8 @@ pub fn flamegraph(stacks: &Stacks, output: &Path) -> Result<()> {
             options.title = format!("Heap profile: {}", value.name());
             options.count_name = stacks.unit.counts().into();
         }
-        Unit::Contention { value } => {
-            options.title = format!("Contention profile: {}", value.name());
+        Unit::Contention { value, view } => {
+            options.title = format!("Contention profile: {}, charged to the {}", value.name(), view.name());
             options.count_name = stacks.unit.counts().into();
         }
     }
