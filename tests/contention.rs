@@ -280,6 +280,32 @@ fn a_thread_cancelled_in_a_wait_stops_waiting() {
     assert_eq!(holders.totals(), (0, 0), "{holders:?}");
 }
 
+/// A program that closes every descriptor it did not open, wherever they sit (Chromium's
+/// zygote), and ends with `_exit`: both files are written by their paths, with the waits (they
+/// were left empty).
+#[test]
+fn a_program_closing_our_descriptors_still_gets_its_files() {
+    let prog = program();
+    let profile = scratch_dir("contention_closefds").join("waits.txt");
+    let out = run_alone(
+        &prog,
+        &["closefds"],
+        &[
+            ("LD_PRELOAD", lib().to_str().unwrap()),
+            ("CPUPROFILE_CONTENTION", profile.to_str().unwrap()),
+        ],
+    );
+    let waited: u64 = values(&out)["waited_ns"].parse().unwrap();
+    for file in [profile.clone(), holders_file(&profile)] {
+        let (delay, _) = parse_contention(&file).totals();
+        assert!(
+            delay > 0 && delay <= waited * 12 / 10,
+            "{}: {delay} ns, {waited} waited",
+            file.display()
+        );
+    }
+}
+
 #[test]
 fn interposed_calls_answer_as_glibcs() {
     let prog = program();

@@ -75,10 +75,30 @@ fn units(now_ns: u64) -> u64 {
     (now_ns >> UNIT_SHIFT) & TIME_MASK
 }
 
+/// Units from `since` to `now`, on the slot's wrapping clock; 0 if `now` is the earlier: a
+/// thread's clock read can be older than the time another thread stored in the slot after it
+/// (between the read and the compare-and-swap), and must not wrap into 78 hours.
+fn elapsed(since: u64, now: u64) -> u64 {
+    let elapsed = now.wrapping_sub(since) & TIME_MASK;
+    if elapsed >> (TIME_BITS - 1) != 0 {
+        0
+    } else {
+        elapsed
+    }
+}
+
+/// The later of the slot's time in `word` and `now` (units).
+fn later(word: u64, now: u64) -> u64 {
+    if elapsed(word & TIME_MASK, now) == 0 {
+        word & TIME_MASK
+    } else {
+        now
+    }
+}
+
 /// What the waiters of `word` accrued by `now` (units), in nanoseconds.
 fn accrued(word: u64, now: u64) -> u64 {
-    let elapsed = now.wrapping_sub(word & TIME_MASK) & TIME_MASK;
-    (elapsed << UNIT_SHIFT).saturating_mul(waiters(word))
+    (elapsed(word & TIME_MASK, now) << UNIT_SHIFT).saturating_mul(waiters(word))
 }
 
 /// The home slot and tag of the lock at `lock` (two hashes of the address, which is never
@@ -112,7 +132,12 @@ pub fn arrive(lock: usize, now_ns: u64) -> Option<Waiting> {
                     return None;
                 }
                 if STATE[s]
-                    .compare_exchange(word, pack(tag, n + 1, now), Ordering::AcqRel, Ordering::Acquire)
+                    .compare_exchange(
+                        word,
+                        pack(tag, n + 1, later(word, now)),
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
                     .is_ok()
                 {
                     PENDING[s].fetch_add(accrued(word, now), Ordering::Relaxed);
@@ -187,7 +212,7 @@ pub fn released(lock: usize, clock: impl Fn() -> u64) -> u64 {
         let mut word = STATE[s].load(Ordering::Acquire);
         while waiters(word) > 0 && self::tag(word) == tag {
             let now = *now.get_or_insert_with(|| units(clock()));
-            let reset = pack(tag, waiters(word), now);
+            let reset = pack(tag, waiters(word), later(word, now));
             match STATE[s].compare_exchange_weak(word, reset, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
                     let folded = PENDING[s].swap(0, Ordering::Relaxed);
@@ -302,6 +327,25 @@ mod tests {
         assert_eq!(arrive(same_home.next().unwrap(), 5_000 * MS), None);
         assert_eq!(untracked(), before + 1);
         held.into_iter().for_each(depart);
+    }
+
+    #[test]
+    fn a_clock_read_older_than_the_slot_charges_nothing_more() {
+        let lock = 0x7000_0000;
+        let t0 = 7_000 * MS;
+        let a = arrive(lock, t0).unwrap();
+        // Another thread released at t0 + 5 ms; this one read its clock at t0 + 4 ms, before
+        // that release reached the slot.
+        let first = released(lock, || t0 + 5 * MS);
+        let late = released(lock, || t0 + 4 * MS);
+        let b = arrive(lock, t0 + 4 * MS).unwrap();
+        // The slot's time stays t0 + 5 ms: a, then a and b, accrue from there.
+        let next = released(lock, || t0 + 6 * MS);
+        depart(a);
+        depart(b);
+        assert!(first.abs_diff(5 * MS) < 128, "{first}");
+        assert_eq!(late, 0);
+        assert!(next.abs_diff(2 * MS) < 128, "{next}");
     }
 
     #[test]

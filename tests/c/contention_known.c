@@ -26,6 +26,9 @@
  *                                              process-shared semaphore in turn (in
  *                                              take_shared_sem), each holding it HOLD_US
  *                                              asleep; the child dies with the parent.
+ *   contention_known closefds                  `mutex 2 0.5 1000`, then closes every descriptor
+ *                                              above 2 (as Chromium's zygote does) and ends
+ *                                              with _exit.
  *   contention_known cancel                    a thread cancelled inside sem_wait, then, 0.3 s
  *                                              later, the semaphore posted (in
  *                                              post_after_cancel); prints `cancelled 1` if the
@@ -49,6 +52,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #ifdef USE_API
@@ -302,6 +306,14 @@ int main(int argc, char **argv) {
   }
   if (argc == 2 && strcmp(argv[1], "semantics") == 0) return semantics();
   if (argc == 2 && strcmp(argv[1], "cancel") == 0) return cancel();
+  if (argc == 2 && strcmp(argv[1], "closefds") == 0) {
+    char *args[] = {argv[0], "mutex", "2", "0.5", "1000", NULL};
+    int status = main(5, args);
+    fflush(stdout);
+    /* All of them, wherever they sit (cpuprof keeps its own high). */
+    syscall(SYS_close_range, 3, ~0U, 0);
+    _exit(status);
+  }
   if (argc == 4 && strcmp(argv[1], "procs") == 0) return procs(atof(argv[2]), atol(argv[3]));
 #ifdef USE_API
   if (argc == 3 && strcmp(argv[1], "api") == 0) {

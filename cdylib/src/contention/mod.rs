@@ -29,7 +29,7 @@ use cpuprof_core::in_program::fd::GuardedFd;
 use cpuprof_core::in_program::messages;
 use cpuprof_core::sampler::default_actions::{self, Completer};
 use std::ffi::{c_int, c_void, CStr, CString};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 
 /// The functions passed on to, found with `dlsym(RTLD_NEXT)` at load (and at first use, for a
 /// call before our constructor).
@@ -293,8 +293,7 @@ macro_rules! unlock_interposer {
 unlock_interposer!(pthread_mutex_unlock, Next::MutexUnlock);
 unlock_interposer!(pthread_rwlock_unlock, Next::RwlockUnlock);
 // A semaphore has no owner: its "holder" is the thread that posts, as a lock's release when it
-// serves as one (Python's `threading.Lock`, PostgreSQL's lightweight locks), else the producer
-// the waiter waited for.
+// serves as one (Python's `threading.Lock`), else the producer the waiter waited for.
 unlock_interposer!(sem_post, Next::SemPost);
 
 /// `sem_wait` and `sem_timedwait`: `sem_trywait` first, timed if it fails with `EAGAIN`.
@@ -427,12 +426,24 @@ impl Output {
         })
     }
 
-    /// Writes both views as at `_exit` (without allocating), each to its file if the
-    /// descriptor is still ours. Async-signal-safe.
+    /// Writes both views as at `_exit` (without allocating), each through its descriptor if
+    /// still ours, else by its path (the program closed or reused the descriptor: Chromium's
+    /// zygote closes every descriptor it did not open). Async-signal-safe.
     fn write_raw(&self) {
         for f in &self.files {
             if f.file.is_still_ours() {
                 contention::raw_writer::write(f.file.raw(), f.view);
+                continue;
+            }
+            // SAFETY: opens a NUL-terminated path (the raw writer cuts the file at its end),
+            // written and closed here.
+            unsafe {
+                let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_CLOEXEC | libc::O_NOFOLLOW;
+                let fd = libc::open(f.path.as_ptr(), flags, 0o644);
+                if fd >= 0 {
+                    contention::raw_writer::write(fd, f.view);
+                    libc::close(fd);
+                }
             }
         }
     }
@@ -448,6 +459,7 @@ impl Output {
 
 static OUTPUT: OutputLock = OutputLock {
     held: AtomicBool::new(false),
+    holder: AtomicI32::new(0),
     output: std::cell::UnsafeCell::new(None),
 };
 
@@ -457,6 +469,8 @@ static OUTPUT: OutputLock = OutputLock {
 /// `_exit` in a signal handler.
 struct OutputLock {
     held: AtomicBool,
+    /// The thread holding it (its kernel id), for [`output_at_end`].
+    holder: AtomicI32,
     output: std::cell::UnsafeCell<Option<Output>>,
 }
 
@@ -467,7 +481,11 @@ struct OutputGuard(&'static OutputLock);
 
 impl OutputLock {
     fn try_lock(&'static self) -> Option<OutputGuard> {
-        (!self.held.swap(true, Ordering::Acquire)).then_some(OutputGuard(self))
+        if self.held.swap(true, Ordering::Acquire) {
+            return None;
+        }
+        self.holder.store(this_thread(), Ordering::Relaxed);
+        Some(OutputGuard(self))
     }
 }
 
@@ -488,8 +506,15 @@ impl std::ops::DerefMut for OutputGuard {
 
 impl Drop for OutputGuard {
     fn drop(&mut self) {
+        self.0.holder.store(0, Ordering::Relaxed);
         self.0.held.store(false, Ordering::Release);
     }
+}
+
+/// The calling thread's kernel id. Async-signal-safe.
+fn this_thread() -> i32 {
+    // SAFETY: no arguments.
+    unsafe { libc::gettid() }
 }
 
 /// The output, once no other thread holds it: tried, with a yield between tries, for a few
@@ -501,6 +526,31 @@ fn output_briefly() -> Option<OutputGuard> {
         }
         // SAFETY: no arguments.
         unsafe { libc::sched_yield() };
+    }
+    None
+}
+
+/// The output at the process's end (`_exit`, `exec`, an ending signal's default action): once
+/// no other thread writes it, waited for up to 2 s. Ending the process while another thread
+/// writes (the checkpoint thread, or a program thread ending too: Chromium's children take
+/// SIGTERM on two threads at once at shutdown) would leave the files half written. `None` at
+/// once if the calling thread holds it itself (a signal handler that interrupted its write,
+/// which cannot go on until the handler returns). Async-signal-safe.
+fn output_at_end() -> Option<OutputGuard> {
+    let me = this_thread();
+    for _ in 0..2000 {
+        if let Some(guard) = OUTPUT.try_lock() {
+            return Some(guard);
+        }
+        if OUTPUT.holder.load(Ordering::Relaxed) == me {
+            return None;
+        }
+        let ms = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 1_000_000,
+        };
+        // SAFETY: sleeps; no memory is written.
+        unsafe { libc::nanosleep(&ms, std::ptr::null_mut()) };
     }
     None
 }
@@ -549,6 +599,7 @@ fn start_with_file(path: &str, base: &str, period: u64) -> Result<(), String> {
 extern "C" fn in_forked_child() {
     // Only cpuprof's checkpoint thread holds the lock across a fork (the forking thread's own
     // holders do not fork), and that thread is not in the child: released.
+    OUTPUT.holder.store(0, Ordering::Relaxed);
     OUTPUT.held.store(false, Ordering::Release);
     let Some(mut output) = OUTPUT.try_lock() else { return };
     let Some(parent) = output.as_ref().filter(|_| contention::is_running()) else {
@@ -577,22 +628,65 @@ pub fn stop_at_exit() {
 
 /// Stops the profile started with a file and writes it, with the build-ids of the code;
 /// whether it was written. A forked child that recorded nothing removes its file instead.
+///
+/// The output stays locked while the files are written, and the signals that end a process
+/// are blocked on this thread meanwhile: one taken here would end the process with the files
+/// half written; taken by another thread, its default action waits for the lock
+/// ([`output_at_end`]), then finds the output gone.
 fn write_file() -> bool {
-    let Some(output) = output_briefly().and_then(|mut o| o.take()) else {
+    let _blocked = EndingSignalsBlocked::new();
+    let Some(mut guard) = output_briefly() else {
         return false;
     };
-    if output.pid != std::process::id() {
+    let Some(output) = guard.as_ref().filter(|o| o.pid == std::process::id()) else {
         return false;
-    }
+    };
     contention::stop();
     default_actions::release(Completer::Contention);
-    if output.forked && contention::recorded() == 0 {
+    let written = if output.forked && contention::recorded() == 0 {
         output.unlink();
-        return true;
+        true
+    } else {
+        let [waiters, holders] = &output.files;
+        let written = write_view(waiters);
+        write_view(holders) && written
+    };
+    drop(guard.take());
+    written
+}
+
+/// The signals that end a process by default, blocked on the calling thread while it lives
+/// (the faults a thread's own code raises are left alone).
+struct EndingSignalsBlocked(libc::sigset_t);
+
+impl EndingSignalsBlocked {
+    fn new() -> Self {
+        // SAFETY: sigset_t operations on local sets; pthread_sigmask on this thread.
+        unsafe {
+            let mut block: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut block);
+            for fault in [
+                libc::SIGSEGV,
+                libc::SIGBUS,
+                libc::SIGFPE,
+                libc::SIGILL,
+                libc::SIGTRAP,
+                libc::SIGSYS,
+            ] {
+                libc::sigdelset(&mut block, fault);
+            }
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old);
+            EndingSignalsBlocked(old)
+        }
     }
-    let [waiters, holders] = &output.files;
-    let written = write_view(waiters);
-    write_view(holders) && written
+}
+
+impl Drop for EndingSignalsBlocked {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask saved at `new`.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut()) };
+    }
 }
 
 /// Writes the profile of one view to its file; whether it was written (if not, said).
@@ -650,7 +744,7 @@ fn write_all_at(fd: c_int, bytes: &[u8]) -> bool {
 /// child that recorded nothing removes its file. Nothing in a vfork'ed child, which shares the
 /// parent's memory. Async-signal-safe.
 pub fn before_exit() {
-    let Some(mut output) = output_briefly() else { return };
+    let Some(mut output) = output_at_end() else { return };
     if output.as_ref().is_none_or(|o| o.pid != std::process::id()) {
         return;
     }
@@ -669,13 +763,14 @@ pub fn before_exit() {
 /// `path_PID`), the profile left running in case the exec fails (the file is written again at
 /// the end). Async-signal-safe.
 pub fn before_exec() {
-    let Some(output) = output_briefly() else { return };
+    let Some(output) = output_at_end() else { return };
     if let Some(o) = output.as_ref().filter(|o| o.pid == std::process::id()) {
         o.write_raw();
     }
 }
 
-/// A checkpoint (`checkpoint`): the profile so far written over the file, as at `_exit`.
+/// A checkpoint (`checkpoint`'s thread): the profile so far written over the file, as at
+/// `_exit`.
 fn write_checkpoint() {
     let Some(output) = output_briefly() else { return };
     if let Some(o) = output.as_ref().filter(|o| o.pid == std::process::id()) {

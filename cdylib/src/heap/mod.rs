@@ -570,27 +570,116 @@ pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
 /// here would itself go through the symbol table and name the first definition, whichever
 /// it is.
 fn other_malloc() -> Option<String> {
-    fn object_of(addr: *const c_void) -> Option<(usize, String)> {
-        // SAFETY: dladdr writes the struct we pass; zeroed is a valid initial value.
-        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-        // SAFETY: any address may be asked about; dli_fname is NUL-terminated when set.
-        (unsafe { libc::dladdr(addr, &mut info) } != 0).then(|| {
-            let name = if info.dli_fname.is_null() {
-                String::new()
-            } else {
-                unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned()
-            };
-            (info.dli_fbase as usize, name)
-        })
-    }
-    // SAFETY: dlsym with a constant NUL-terminated name.
-    let first = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"malloc".as_ptr()) };
-    let ours = object_of(other_malloc as *const c_void).map(|(base, _)| base);
-    match object_of(first) {
-        Some((base, _)) if Some(base) == ours => None,
-        Some((_, name)) if !name.is_empty() => Some(name),
+    let ours = object_of(other_malloc as *const c_void).map(|o| o.base);
+    match first_malloc() {
+        Some(o) if Some(o.base) == ours => None,
+        Some(o) if !o.name.is_empty() => Some(o.name),
         _ => Some("the program".to_string()),
     }
+}
+
+/// A loaded object, as `dladdr` names it.
+struct Object {
+    base: usize,
+    name: String,
+    /// Whether the symbol at the address asked about is defined there, rather than a
+    /// non-PIE executable's "canonical PLT" entry for a function defined elsewhere.
+    defines: bool,
+}
+
+/// `dladdr1`'s request for the symbol's table entry (glibc's dlfcn.h).
+const RTLD_DL_SYMENT: std::ffi::c_int = 1;
+/// The section index of a symbol the object does not define (elf.h).
+const SHN_UNDEF: u16 = 0;
+
+fn object_of(addr: *const c_void) -> Option<Object> {
+    // SAFETY: dladdr1 writes the structs we pass; zeroed is a valid initial value.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    let mut symbol: *mut libc::Elf64_Sym = std::ptr::null_mut();
+    // SAFETY: any address may be asked about; dli_fname is NUL-terminated when set; the
+    // symbol entry, when given, is the loaded object's own.
+    let found = unsafe {
+        libc::dladdr1(
+            addr,
+            &mut info,
+            (&mut symbol as *mut *mut libc::Elf64_Sym).cast(),
+            RTLD_DL_SYMENT,
+        )
+    };
+    if found == 0 {
+        return None;
+    }
+    let name = if info.dli_fname.is_null() {
+        String::new()
+    } else {
+        // SAFETY: as above.
+        unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned()
+    };
+    // SAFETY: set by dladdr1 to an entry of the object's symbol table, or left null.
+    let defines = unsafe { symbol.as_ref() }.is_none_or(|s| s.st_shndx != SHN_UNDEF);
+    Some(Object {
+        base: info.dli_fbase as usize,
+        name,
+        defines,
+    })
+}
+
+/// The object defining the `malloc` the program's calls reach: the first definition in load
+/// order. `dlsym` answers the first symbol of the name, which in a non-PIE executable that
+/// takes `malloc`'s address (Debian's python3) is the executable's PLT entry: calls there
+/// jump on to the first definition after it, which the link map then finds.
+fn first_malloc() -> Option<Object> {
+    // SAFETY: dlsym with a constant NUL-terminated name.
+    let first = object_of(unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"malloc".as_ptr()) })?;
+    if first.defines {
+        return Some(first);
+    }
+    /// The public head of glibc's `struct link_map`.
+    #[repr(C)]
+    struct LinkMap {
+        l_addr: usize,
+        l_name: *const std::ffi::c_char,
+        l_ld: *mut c_void,
+        l_next: *mut LinkMap,
+        l_prev: *mut LinkMap,
+    }
+    let mut map: *mut LinkMap = std::ptr::null_mut();
+    // SAFETY: the main program's handle (never closed: dlopen(NULL) is not counted), asked
+    // for its link map, which the loader keeps for the process's life.
+    let known = unsafe {
+        let program = libc::dlopen(std::ptr::null(), libc::RTLD_LAZY | libc::RTLD_NOLOAD);
+        !program.is_null() && libc::dlinfo(program, libc::RTLD_DI_LINKMAP, (&mut map as *mut *mut LinkMap).cast()) == 0
+    };
+    if !known {
+        return None;
+    }
+    // SAFETY: the loader's list, read while it cannot change (at load, or under the program's
+    // own threads' dlopen, which takes the same lock our dlopen calls below take).
+    let mut entry = unsafe { map.as_ref() }.map(|m| m.l_next);
+    while let Some(object) = entry.and_then(|e| unsafe { e.as_ref() }) {
+        entry = Some(object.l_next);
+        if object.l_name.is_null() {
+            continue;
+        }
+        // SAFETY: a loaded object's own name; NOLOAD loads nothing; the handle is closed.
+        let found = unsafe {
+            let handle = libc::dlopen(object.l_name, libc::RTLD_LAZY | libc::RTLD_NOLOAD);
+            if handle.is_null() {
+                continue;
+            }
+            let found = libc::dlsym(handle, c"malloc".as_ptr());
+            libc::dlclose(handle);
+            found
+        };
+        // The handle's search reaches the object's dependencies too: this object's only if
+        // defined in it.
+        let name = unsafe { CStr::from_ptr(object.l_name) }.to_string_lossy();
+        match object_of(found) {
+            Some(o) if o.defines && o.name == name => return Some(o),
+            _ => {}
+        }
+    }
+    None
 }
 
 /// Says, in every process (it is a loss), why the heap profile is off: whose `malloc` runs.
