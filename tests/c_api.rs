@@ -120,6 +120,10 @@ fn exports_exactly_the_profiler_h_functions() {
         "sem_wait",
         "sem_timedwait",
         "syscall",
+        // And where they let others go, for the holders' view: charged before passing on.
+        "pthread_mutex_unlock",
+        "pthread_rwlock_unlock",
+        "sem_post",
         // include/cpuprof.h: contention profiles started and written by the program.
         "CpuprofStartContention",
         "CpuprofStopContention",
