@@ -629,12 +629,12 @@ pub fn stop_at_exit() {
 /// Stops the profile started with a file and writes it, with the build-ids of the code;
 /// whether it was written. A forked child that recorded nothing removes its file instead.
 ///
-/// The output stays locked while the files are written, and the signals that end a process
-/// are blocked on this thread meanwhile: one taken here would end the process with the files
-/// half written; taken by another thread, its default action waits for the lock
-/// ([`output_at_end`]), then finds the output gone.
+/// The output stays locked while the files are written, and signals are blocked on this
+/// thread meanwhile (`SignalsHeld`, as the CPU profile's end does): an ending signal taken
+/// here would end the process with the files half written; taken by another thread, its
+/// default action waits for the lock ([`output_at_end`]), then finds the output gone.
 fn write_file() -> bool {
-    let _blocked = EndingSignalsBlocked::new();
+    let _blocked = cpuprof_core::session::process_end::SignalsHeld::all();
     let Some(mut guard) = output_briefly() else {
         return false;
     };
@@ -653,40 +653,6 @@ fn write_file() -> bool {
     };
     drop(guard.take());
     written
-}
-
-/// The signals that end a process by default, blocked on the calling thread while it lives
-/// (the faults a thread's own code raises are left alone).
-struct EndingSignalsBlocked(libc::sigset_t);
-
-impl EndingSignalsBlocked {
-    fn new() -> Self {
-        // SAFETY: sigset_t operations on local sets; pthread_sigmask on this thread.
-        unsafe {
-            let mut block: libc::sigset_t = std::mem::zeroed();
-            libc::sigfillset(&mut block);
-            for fault in [
-                libc::SIGSEGV,
-                libc::SIGBUS,
-                libc::SIGFPE,
-                libc::SIGILL,
-                libc::SIGTRAP,
-                libc::SIGSYS,
-            ] {
-                libc::sigdelset(&mut block, fault);
-            }
-            let mut old: libc::sigset_t = std::mem::zeroed();
-            libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old);
-            EndingSignalsBlocked(old)
-        }
-    }
-}
-
-impl Drop for EndingSignalsBlocked {
-    fn drop(&mut self) {
-        // SAFETY: restores the mask saved at `new`.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut()) };
-    }
 }
 
 /// Writes the profile of one view to its file; whether it was written (if not, said).
